@@ -1,0 +1,4 @@
+from sm120kit.cli import main
+
+if __name__ == "__main__":
+    main()

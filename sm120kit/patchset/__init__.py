@@ -1,0 +1,1 @@
+"""The DCP patch series: manifest model, targets, git engine, installed-tree engine, releases."""

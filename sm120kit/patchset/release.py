@@ -1,0 +1,145 @@
+"""Release wheels from PyPI and the Python trees unpacked from them, cached.
+
+``fetch_wheel("vllm", "0.34.0")`` runs ``pip download --no-deps`` into ``<cache>/wheels`` (once);
+``release_tree("vllm", "0.34.0")`` unpacks the wheel's ``.py`` files (plus its ``*.dist-info``) into
+``<cache>/trees/vllm-0.34.0/`` and returns that directory (it holds ``vllm/`` and the dist-info).
+Both are safe to call concurrently from several processes (a lock file per artifact).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from sm120kit.errors import UserError
+from sm120kit.paths import cache_dir
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]+$")
+
+
+def _norm(project: str) -> str:
+    return re.sub(r"[-_.]+", "_", project).lower()
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(str(path) + ".lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def find_cached_wheel(project: str, version: str) -> Path | None:
+    wheels = cache_dir() / "wheels"
+    if not wheels.is_dir():
+        return None
+    prefix = f"{_norm(project)}-{version}-"
+    for p in sorted(wheels.iterdir()):
+        if p.suffix == ".whl" and p.name.lower().startswith(prefix.lower()):
+            return p
+    return None
+
+
+def fetch_wheel(
+    project: str,
+    version: str,
+    *,
+    progress: Callable[[str], None] | None = None,
+    quiet: bool = True,
+) -> Path:
+    """Download ``project==version`` (no deps, any platform wheel) into the cache; return the path."""
+    if not (_NAME_RE.match(project) and _NAME_RE.match(version)):
+        raise UserError(f"invalid package spec {project}=={version}")
+    hit = find_cached_wheel(project, version)
+    if hit:
+        return hit
+    wheels = cache_dir() / "wheels"
+    with _locked(wheels / f"{_norm(project)}-{version}"):
+        hit = find_cached_wheel(project, version)
+        if hit:
+            return hit
+        tmp = wheels / f".dl-{_norm(project)}-{version}-{os.getpid()}"
+        tmp.mkdir(parents=True, exist_ok=True)
+        cmd = [
+            sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+            "--disable-pip-version-check", "-d", str(tmp), f"{project}=={version}",
+        ]
+        if quiet and progress is None:
+            cmd.insert(4, "-q")
+        if progress:
+            progress(f"downloading {project}=={version} from PyPI")
+        try:
+            proc = subprocess.run(
+                cmd,
+                stdout=None if (progress and not quiet) else subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                timeout=1800,
+            )
+        except subprocess.TimeoutExpired as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise UserError(f"pip download {project}=={version} timed out") from exc
+        got = [p for p in tmp.iterdir() if p.suffix == ".whl"]
+        if proc.returncode != 0 or not got:
+            shutil.rmtree(tmp, ignore_errors=True)
+            last = (proc.stderr or "").strip().splitlines()[-1:] or ["no wheel"]
+            raise UserError(
+                f"could not download {project}=={version}: {last[0]}",
+                hint="check network access to PyPI, or put the wheel into "
+                f"{wheels} (SM120KIT_CACHE)",
+            )
+        dest = wheels / got[0].name
+        os.replace(got[0], dest)
+        shutil.rmtree(tmp, ignore_errors=True)
+        return dest
+
+
+def unpack_python_files(wheel: Path, dest: Path, *, include_dist_info: bool = True) -> Path:
+    """Extract only ``*.py`` files (and the dist-info) of ``wheel`` into ``dest`` (atomic)."""
+    if dest.is_dir() and (dest / ".complete").exists():
+        return dest
+    with _locked(dest):
+        if dest.is_dir() and (dest / ".complete").exists():
+            return dest
+        tmp = dest.with_name(dest.name + f".tmp-{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        with zipfile.ZipFile(wheel) as zf:
+            for info in zf.infolist():
+                name = info.filename
+                if name.endswith("/") or name.startswith("/") or ".." in Path(name).parts:
+                    continue
+                top = name.split("/", 1)[0]
+                is_dist = top.endswith(".dist-info")
+                if not (name.endswith(".py") or (include_dist_info and is_dist)):
+                    continue
+                target = tmp / name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with zf.open(info) as src, open(target, "wb") as out:
+                    shutil.copyfileobj(src, out)
+        (tmp / ".complete").write_text(wheel.name + "\n")
+        shutil.rmtree(dest, ignore_errors=True)
+        os.replace(tmp, dest)
+    return dest
+
+
+def release_tree(
+    project: str, version: str, *, progress: Callable[[str], None] | None = None
+) -> Path:
+    """The unpacked Python tree of a release wheel (cached): ``<cache>/trees/<project>-<version>``."""
+    dest = cache_dir() / "trees" / f"{_norm(project)}-{version}"
+    if (dest / ".complete").exists():
+        return dest
+    wheel = fetch_wheel(project, version, progress=progress)
+    return unpack_python_files(wheel, dest)

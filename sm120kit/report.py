@@ -1,0 +1,77 @@
+"""Shared output plumbing: the JSON envelope, rich console and status styles.
+
+Every command builds a result object (a dataclass) and renders it through these helpers to a rich
+table, ``--json`` or ``--markdown``. JSON always carries
+``{"tool": "sm120kit", "version": ..., "command": ...}`` at the top.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from sm120kit import __version__
+
+STATUSES = ("ok", "warn", "fail", "skip", "error")
+STATUS_STYLE = {
+    "ok": "green",
+    "warn": "yellow",
+    "fail": "bold red",
+    "skip": "dim",
+    "error": "magenta",
+    "applied": "green",
+    "not-applied": "yellow",
+    "upstream": "cyan",
+    "conflict": "bold red",
+}
+# worst first
+STATUS_RANK = {"fail": 0, "error": 1, "warn": 2, "skip": 3, "ok": 4}
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Dataclasses, enums, paths, sets and tuples to plain JSON types."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, Enum):
+        return obj.value
+    if isinstance(obj, Path):
+        return str(obj)
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple | set | frozenset):
+        return [to_jsonable(v) for v in obj]
+    if hasattr(obj, "to_dict"):
+        return to_jsonable(obj.to_dict())
+    return obj
+
+
+def envelope(command: str, payload: Any) -> dict[str, Any]:
+    body = to_jsonable(payload)
+    out: dict[str, Any] = {"tool": "sm120kit", "version": __version__, "command": command}
+    if isinstance(body, dict):
+        out.update(body)
+    else:
+        out["result"] = body
+    return out
+
+
+def dump_json(command: str, payload: Any, stream: Any = None) -> None:
+    stream = stream or sys.stdout
+    json.dump(envelope(command, payload), stream, indent=2, sort_keys=False, default=str)
+    stream.write("\n")
+
+
+def console(stderr: bool = False) -> Any:
+    """A rich Console (imported lazily: rich costs ~30 ms to import)."""
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+
+
+def styled(status: str) -> str:
+    style = STATUS_STYLE.get(status, "")
+    return f"[{style}]{status}[/{style}]" if style else status

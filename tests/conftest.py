@@ -1,0 +1,84 @@
+"""Shared fixtures and markers.
+
+* ``home``: every test runs with HOME pointing at a tmp dir (git config, caches never touch ~).
+* ``SM120KIT_CACHE``: one cache per test session (release wheels, trees), reused between tests.
+  Set ``SM120KIT_TEST_CACHE`` to reuse a cache across runs (CI does, to avoid downloads twice).
+* markers ``gpu``, ``sm120``, ``network``, ``slow``: each skips with a reason where it cannot run.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+_SESSION_CACHE = os.environ.get("SM120KIT_TEST_CACHE") or os.path.expanduser(
+    "~/.cache/sm120kit-test"
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    Path(_SESSION_CACHE).mkdir(parents=True, exist_ok=True)
+    os.environ["SM120KIT_CACHE"] = _SESSION_CACHE
+
+
+def _has_cuda() -> str | None:
+    try:
+        import torch
+    except Exception:
+        return "torch is not installed"
+    if not torch.cuda.is_available():
+        return "no CUDA GPU visible"
+    return None
+
+
+def _has_sm120() -> str | None:
+    why = _has_cuda()
+    if why:
+        return why
+    import torch
+
+    cap = torch.cuda.get_device_capability(0)
+    if cap[0] != 12:
+        return f"GPU 0 is SM{cap[0]}{cap[1]}, not SM120"
+    try:
+        import flashinfer  # noqa: F401
+    except Exception:
+        return "flashinfer is not installed"
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    gpu_why = None
+    sm_why = None
+    for item in items:
+        if "gpu" in item.keywords:
+            gpu_why = gpu_why if gpu_why is not None else (_has_cuda() or "")
+            if gpu_why:
+                item.add_marker(pytest.mark.skip(reason=f"gpu: {gpu_why}"))
+        if "sm120" in item.keywords:
+            sm_why = sm_why if sm_why is not None else (_has_sm120() or "")
+            if sm_why:
+                item.add_marker(pytest.mark.skip(reason=f"sm120: {sm_why}"))
+
+
+@pytest.fixture(autouse=True)
+def home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    h = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("HOME", str(h))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    monkeypatch.setenv("SM120KIT_CACHE", _SESSION_CACHE)
+    for var in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):
+        monkeypatch.delenv(var, raising=False)
+    return h
+
+
+@pytest.fixture()
+def sm120kit_cache() -> Path:
+    return Path(_SESSION_CACHE)
+
+
+def git_available() -> bool:
+    return shutil.which("git") is not None
