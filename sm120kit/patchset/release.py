@@ -143,3 +143,65 @@ def release_tree(
         return dest
     wheel = fetch_wheel(project, version, progress=progress)
     return unpack_python_files(wheel, dest)
+
+
+# A fixed identity and date make the release commit reproducible: the same wheel gives the same
+# commit id on every machine.
+_RELEASE_ENV = {
+    "GIT_AUTHOR_NAME": "sm120kit",
+    "GIT_AUTHOR_EMAIL": "sm120kit@localhost",
+    "GIT_COMMITTER_NAME": "sm120kit",
+    "GIT_COMMITTER_EMAIL": "sm120kit@localhost",
+    "GIT_AUTHOR_DATE": "2026-01-01T00:00:00+0000",
+    "GIT_COMMITTER_DATE": "2026-01-01T00:00:00+0000",
+}
+
+
+def _git(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> str:
+    full_env = dict(os.environ)
+    full_env.update({"GIT_CONFIG_NOSYSTEM": "1", "GIT_TERMINAL_PROMPT": "0"})
+    if env:
+        full_env.update(env)
+    proc = subprocess.run(
+        ["git", *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=600
+    )
+    if proc.returncode != 0:
+        raise UserError(f"git {' '.join(args[:2])} failed in {cwd}: {proc.stderr.strip()[:300]}")
+    return proc.stdout
+
+
+def release_repo(version: str, *, progress: Callable[[str], None] | None = None) -> Path:
+    """A cached git repository of vLLM ``version``'s Python tree, tagged ``v<version>``.
+
+    The repository root holds ``vllm/`` exactly as upstream's git checkout lays it out, so the
+    series' paths (``vllm/v1/...``) and blob ids match. Callers must not modify it: clone it
+    (``git clone --shared``) or add a worktree.
+    """
+    dest = cache_dir() / "repos" / f"vllm-{version}"
+    if (dest / ".git" / "sm120kit-complete").exists():
+        return dest
+    tree = release_tree("vllm", version, progress=progress)
+    with _locked(dest):
+        if (dest / ".git" / "sm120kit-complete").exists():
+            return dest
+        if progress:
+            progress(f"building git repository of vllm {version} at {dest}")
+        tmp = dest.with_name(dest.name + f".tmp-{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        shutil.copytree(tree / "vllm", tmp / "vllm")
+        _git(["init", "-q", "-b", "main"], tmp)
+        _git(["config", "user.name", "sm120kit"], tmp)
+        _git(["config", "user.email", "sm120kit@localhost"], tmp)
+        _git(["config", "core.autocrlf", "false"], tmp)
+        _git(["add", "-A", "vllm"], tmp)
+        _git(
+            ["commit", "-q", "--no-verify", "-m", f"vLLM {version} (Python files of the PyPI wheel)"],
+            tmp,
+            env=_RELEASE_ENV,
+        )
+        _git(["tag", f"v{version}"], tmp)
+        (tmp / ".git" / "sm120kit-complete").write_text(version + "\n")
+        shutil.rmtree(dest, ignore_errors=True)
+        os.replace(tmp, dest)
+    return dest
