@@ -1,0 +1,169 @@
+"""``sm120kit verify``: the patched tree compiles, pyflakes finds nothing new, markers are there.
+
+For every file the variant touches: ``compile()`` the working-tree file; run pyflakes on it and on
+the base ref's blob of the same path, and fail on undefined names or unused imports that the base
+does not have (messages compared without line numbers, as a multiset); and every applied-marker of
+every patch not already upstream must be present.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sm120kit.errors import ExitCode, UserError
+from sm120kit.patchset.manifest import Series
+from sm120kit.patchset.markers import marker_files, read_worktree, variant_marker_states
+from sm120kit.patchset.targets import fetch_hint, select
+
+#: pyflakes message classes that mean "broken": names that do not resolve, imports left behind
+CHECKED = ("UndefinedName", "UndefinedLocal", "UndefinedExport", "UnusedImport")
+
+
+@dataclass
+class FileCheck:
+    file: str
+    status: str  # ok | fail | skip
+    compiles: bool
+    new_messages: list[str] = field(default_factory=list)
+    error: str = ""
+
+
+@dataclass
+class MarkerCheck:
+    patch: str
+    status: str  # ok | fail | skip (upstream)
+    missing: list[str] = field(default_factory=list)
+
+
+@dataclass
+class VerifyResult:
+    alias: str
+    variant: str
+    repo: str
+    base: str
+    files: list[FileCheck]
+    markers: list[MarkerCheck]
+
+    @property
+    def ok(self) -> bool:
+        return all(f.status != "fail" for f in self.files) and all(
+            m.status != "fail" for m in self.markers
+        )
+
+    @property
+    def exit_code(self) -> int:
+        return ExitCode.OK if self.ok else ExitCode.FAILURE
+
+    def to_dict(self) -> dict[str, Any]:
+        from sm120kit.report import to_jsonable
+
+        d: dict[str, Any] = to_jsonable(self)
+        d["status"] = "ok" if self.ok else "fail"
+        d["exit_code"] = int(self.exit_code)
+        return d
+
+    def render(self, console: Any) -> None:
+        from rich.table import Table
+
+        from sm120kit.report import styled
+
+        t = Table(title=f"verify {self.alias} · {self.repo} against {self.base}")
+        t.add_column("file")
+        t.add_column("status")
+        t.add_column("compiles")
+        t.add_column("new pyflakes findings")
+        for f in self.files:
+            t.add_row(f.file, styled(f.status), "yes" if f.compiles else "[red]no[/red]",
+                      f.error or "\n".join(f.new_messages) or "-")
+        console.print(t)
+        m = Table(title="applied markers")
+        m.add_column("patch")
+        m.add_column("status")
+        m.add_column("missing")
+        for mc in self.markers:
+            m.add_row(mc.patch, styled(mc.status), "\n".join(mc.missing) or "-")
+        console.print(m)
+        console.print(f"verify: {styled('ok' if self.ok else 'fail')}")
+
+
+def pyflakes_messages(source: str, filename: str) -> Counter[str]:
+    """pyflakes findings of the checked kinds, without line numbers (a multiset)."""
+    import ast
+
+    from pyflakes import checker
+
+    try:
+        tree = ast.parse(source, filename=filename)
+    except SyntaxError:
+        return Counter()
+    w = checker.Checker(tree, filename=filename)
+    found: Counter[str] = Counter()
+    for msg in w.messages:
+        kind = type(msg).__name__
+        if kind in CHECKED:
+            found[f"{kind}: {msg.message % msg.message_args}"] += 1
+    return found
+
+
+def _base_blobs(repo: Path, base: str, files: list[str]) -> dict[str, str | None]:
+    """Base-ref contents of ``files`` via GitPython (one persistent cat-file process)."""
+    import git
+
+    r = git.Repo(str(repo))
+    try:
+        commit = r.commit(base)
+    except (git.BadName, ValueError) as exc:
+        raise UserError(f"base ref {base} is not in {repo}", hint=fetch_hint(repo, base)) from exc
+    out: dict[str, str | None] = {}
+    for f in files:
+        try:
+            blob = commit.tree / f
+        except KeyError:
+            out[f] = None
+            continue
+        out[f] = blob.data_stream.read().decode("utf-8", "replace")
+    r.close()
+    return out
+
+
+def verify_tree(series: Series, alias: str, repo: Path, base: str | None = None) -> VerifyResult:
+    target, variant = select(series, alias)
+    repo = Path(repo)
+    base_ref = base or target.base_ref
+    touched = variant.touched_files()
+    base_src = _base_blobs(repo, base_ref, touched)
+    checks: list[FileCheck] = []
+    for rel in touched:
+        path = repo / rel
+        try:
+            src = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            checks.append(FileCheck(rel, "fail", False, error="file is missing"))
+            continue
+        except (OSError, UnicodeDecodeError) as exc:
+            checks.append(FileCheck(rel, "fail", False, error=str(exc)))
+            continue
+        if not rel.endswith(".py"):
+            checks.append(FileCheck(rel, "skip", True, error="not Python"))
+            continue
+        try:
+            compile(src, str(path), "exec", dont_inherit=True)
+        except SyntaxError as exc:
+            checks.append(FileCheck(rel, "fail", False, error=f"line {exc.lineno}: {exc.msg}"))
+            continue
+        new = pyflakes_messages(src, rel) - pyflakes_messages(base_src.get(rel) or "", rel)
+        msgs = sorted(new.elements())
+        checks.append(FileCheck(rel, "fail" if msgs else "ok", True, msgs))
+    states = variant_marker_states(variant, read_worktree(repo, marker_files(variant)))
+    markers = [
+        MarkerCheck(
+            s.patch.file,
+            "skip" if s.upstream else ("ok" if s.applied else "fail"),
+            [f"{m.file}: {m.text}" for m in s.missing] if not s.upstream else [],
+        )
+        for s in states
+    ]
+    return VerifyResult(alias, variant.name, str(repo), base_ref, checks, markers)
