@@ -59,6 +59,8 @@ def git_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
             "GIT_CONFIG_NOSYSTEM": "1",
             "GIT_TERMINAL_PROMPT": "0",
             "GIT_PAGER": "cat",
+            # never rewrite the user's index opportunistically (`git status` would refresh it)
+            "GIT_OPTIONAL_LOCKS": "0",
             "GIT_EDITOR": "true",
             "LC_ALL": "C",
             "LANGUAGE": "C",

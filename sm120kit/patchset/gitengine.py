@@ -211,6 +211,7 @@ def run_am(wt: Path, patch_files: Sequence[Path], env: dict[str, str] | None = N
 _CONFLICT_RE = re.compile(r"^CONFLICT \([^)]*\): .*?(?:Merge conflict in|in) (\S+)", re.M)
 _PATCH_FAILED_RE = re.compile(r"^error: patch failed: (.+):(\d+)$", re.M)
 _NO_SHA_RE = re.compile(r"sha1 information is lacking or useless \((.+)\)")
+_INVALID_OBJ_RE = re.compile(r"^error: invalid object \d+ [0-9a-f]+ for '(.+)'$", re.M)
 _NOT_IN_INDEX_RE = re.compile(r"^error: (.+): does not exist in index$", re.M)
 _APPLYING_RE = re.compile(r"^Applying patch (\S+) with (\d+) reject", re.M)
 _REJECTED_RE = re.compile(r"^Rejected hunk #(\d+)\.", re.M)
@@ -251,7 +252,11 @@ def diagnose_failure(
     patch = patches[idx - 1]
     out = outcome.output
     reason = "error"
-    if _NO_SHA_RE.search(out) or "could not build fake ancestor" in out:
+    if (
+        _NO_SHA_RE.search(out)
+        or "could not build fake ancestor" in out
+        or "lacks necessary blobs" in out
+    ):
         reason = "missing-preimage"
     elif _CONFLICT_RE.search(out):
         reason = "conflict"
@@ -267,6 +272,7 @@ def diagnose_failure(
         files = [m.group(1) for m in _CONFLICT_RE.finditer(out)]
         files += [m.group(1) for m in _NOT_IN_INDEX_RE.finditer(out)]
         files += [m.group(1) for m in _NO_SHA_RE.finditer(out)]
+        files += [m.group(1) for m in _INVALID_OBJ_RE.finditer(out)]
         hunks = [FailedHunk(f, None, None) for f in dict.fromkeys(files)]
     if reason == "error" and hunks:
         reason = "conflict"
