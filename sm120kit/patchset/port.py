@@ -1,0 +1,666 @@
+"""Port the series onto a fork or an unknown branch by a per-file 3-way merge.
+
+``git am -3`` needs the patch's preimage blobs in the target repository. A fork (the Eldritch
+branches), a tree rebuilt from a wheel, or a release the variant was not written for lacks them,
+so :func:`port_series` reconstructs what ``-3`` would have used from the PyPI release instead:
+
+1. pick the source ``(variant, release)``: ``--from`` (an alias or a variant name), else the
+   target's ``port_from`` variant, else the *nearest* verified release — the one whose files, of
+   those the series touches, are most similar (``difflib`` line ratio) to the fork's files;
+2. rebuild that release's touched files from the cached wheel tree and apply the variant to them
+   in a scratch repository (``git am -3``), keeping the state after every patch;
+3. for every patch, for every file it touches, ``git merge-file`` with base = the release file
+   before the patch, ours = the fork's file (as ported so far), theirs = the release file after
+   the patch;
+4. clean everywhere, every touched ``.py`` compiles and every applied-marker is present → write
+   one commit per patch (same author, subject and message) with plumbing (``hash-object``,
+   a private index, ``commit-tree``) and create the result branch with ``update-ref``. HEAD, the
+   index, the working tree and existing refs are never touched; on any conflict nothing is
+   written to the repository at all, a report (patch, file, hunk, both sides) goes to a report
+   directory and the result has exit code 2.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import subprocess
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sm120kit.errors import ExitCode, UserError
+from sm120kit.patchset.gitcmd import AM_CONFIG, GitFailed, git_env, rev_parse, run_git
+from sm120kit.patchset.manifest import Series, Target, Variant, load_series
+
+# --------------------------------------------------------------------------------------------
+# small git helpers (bytes in / out)
+
+
+def _git_bytes(args: list[str], cwd: Path, *, input: bytes | None = None,
+               env: dict[str, str] | None = None) -> bytes:
+    proc = subprocess.run(
+        ["git", "-c", "core.hooksPath=/dev/null", "-c", "gc.auto=0", *args],
+        cwd=str(cwd), env=git_env(env), input=input, capture_output=True, timeout=600,
+    )
+    if proc.returncode != 0:
+        raise GitFailed(args, proc.returncode, "", proc.stderr.decode("utf-8", "replace"))
+    return proc.stdout
+
+
+def read_files_at(repo: Path, rev: str, paths: list[str]) -> dict[str, bytes | None]:
+    """``{path: bytes or None}`` of ``rev:path`` in ``repo``."""
+    from sm120kit.patchset.gitcmd import read_blobs
+
+    got = read_blobs(repo, [f"{rev}:{p}" for p in paths])
+    return {p: got.get(f"{rev}:{p}") for p in paths}
+
+
+# --------------------------------------------------------------------------------------------
+# the release side: preimage and per-patch states
+
+
+@dataclass
+class PatchStep:
+    """One patch applied to the release copies: its commit metadata and the files after it."""
+
+    file: str
+    subject: str
+    author_name: str
+    author_email: str
+    author_date: str
+    message: str
+    after: dict[str, bytes | None]
+
+
+def _release_file_map(release: str, paths: list[str]) -> dict[str, bytes | None]:
+    from sm120kit.patchset.release import release_tree
+
+    tree = release_tree("vllm", release)
+    out: dict[str, bytes | None] = {}
+    for p in paths:
+        f = tree / p
+        out[p] = f.read_bytes() if f.is_file() else None
+    return out
+
+
+def series_steps(originals: dict[str, bytes | None], variant: Variant) -> list[PatchStep]:
+    """Apply ``variant`` patch by patch to copies of ``originals``; the state after each patch.
+
+    Raises ``UserError`` naming the patch when one does not apply (the copies are not the
+    variant's release).
+    """
+    with tempfile.TemporaryDirectory(prefix="sm120kit-steps-") as tmp:
+        repo = Path(tmp)
+        run_git(["init", "-q", "-b", "main"], repo)
+        for rel, data in originals.items():
+            if data is None:
+                continue
+            p = repo / rel
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_bytes(data)
+        run_git(["add", "-A"], repo)
+        run_git(["commit", "-q", "--no-verify", "--allow-empty", "-m", "release files"], repo,
+                config=AM_CONFIG)
+        steps: list[PatchStep] = []
+        paths = list(originals)
+        for patch in variant.patches:
+            proc = run_git(["am", "-3", "--whitespace=nowarn", str(variant.patch_path(patch))],
+                           repo, check=False, config=AM_CONFIG)
+            if proc.returncode != 0:
+                run_git(["am", "--abort"], repo, check=False)
+                raise UserError(
+                    f"patch {patch.file} of {variant.name} does not apply to the release copies: "
+                    + _first_error(proc.stdout + proc.stderr)
+                )
+            meta = run_git(["show", "-s", "--date=raw", "--format=%an%x00%ae%x00%ad%x00%B", "HEAD"],
+                           repo).stdout
+            an, ae, ad, body = meta.split("\x00", 3)
+            for f in patch.files:
+                if f not in paths:
+                    paths.append(f)
+            after = {p: ((repo / p).read_bytes() if (repo / p).is_file() else None) for p in paths}
+            steps.append(PatchStep(patch.file, patch.subject, an, ae, ad, body.rstrip("\n") + "\n",
+                                   after))
+        return steps
+
+
+def _first_error(text: str) -> str:
+    for ln in text.splitlines():
+        s = ln.strip()
+        if s.startswith(("error: patch failed", "CONFLICT", "error:")):
+            return s
+    return (text.strip().splitlines() or ["failed"])[-1]
+
+
+# --------------------------------------------------------------------------------------------
+# choosing the source release
+
+
+@dataclass
+class Candidate:
+    alias: str | None
+    variant: str
+    release: str
+    score: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"alias": self.alias, "variant": self.variant, "release": self.release,
+                "score": round(self.score, 4)}
+
+
+def similarity(a: bytes | None, b: bytes | None) -> float:
+    """Line-level ``difflib`` ratio of two files (0 when either is missing)."""
+    if a is None or b is None:
+        return 0.0
+    la = a.decode("utf-8", "replace").splitlines()
+    lb = b.decode("utf-8", "replace").splitlines()
+    return difflib.SequenceMatcher(None, la, lb).ratio()
+
+
+def _release_available(version: str) -> bool:
+    from sm120kit.patchset import release
+
+    tree = release.cache_dir() / "trees" / f"vllm-{version}"
+    return (tree / ".complete").exists() or release.find_cached_wheel("vllm", version) is not None
+
+
+def resolve_from(series: Series, from_alias: str) -> tuple[Variant, list[str]]:
+    """``--from`` is an alias (its variant and release) or a variant name (its releases)."""
+    if from_alias in series.targets:
+        t = series.targets[from_alias]
+        if t.status == "unsupported":
+            raise UserError(f"--from {from_alias}: not supported: {t.reason}")
+        v = series.variant(t.variant)
+        return v, [t.release] if t.release else [v.base_release]
+    if from_alias in series.variants:
+        v = series.variants[from_alias]
+        return v, [v.base_release] + [r for r in v.releases if r != v.base_release]
+    raise UserError(
+        f"--from {from_alias!r} is neither an alias nor a variant",
+        hint="aliases: " + ", ".join(sorted(series.targets)) + "; variants: "
+        + ", ".join(sorted(series.variants)),
+    )
+
+
+def rank_candidates(
+    series: Series,
+    ours: Callable[[list[str]], dict[str, bytes | None]],
+    pool: list[tuple[Variant, str, str | None]],
+) -> list[Candidate]:
+    """Score every ``(variant, release)`` of ``pool`` against the fork's files, best first."""
+    out = []
+    for variant, release, alias in pool:
+        files = variant.touched_files()
+        mine = ours(files)
+        theirs = _release_file_map(release, files)
+        score = sum(similarity(mine[f], theirs[f]) for f in files) / max(len(files), 1)
+        out.append(Candidate(alias, variant.name, release, score))
+    out.sort(key=lambda c: -c.score)
+    return out
+
+
+def candidate_pool(
+    series: Series, target: Target | None, from_alias: str | None
+) -> list[tuple[Variant, str, str | None]]:
+    """The ``(variant, release, alias)`` pairs worth scoring, releases that are cached first."""
+
+    def alias_of(rel: str) -> str | None:
+        return series.alias_for_release(rel)
+
+    if from_alias:
+        v, rels = resolve_from(series, from_alias)
+        local = [r for r in rels if _release_available(r)] or rels[:1]
+        return [(v, r, alias_of(r)) for r in local]
+    if target is not None and target.port_from:
+        v = series.variant(target.port_from)
+        rels = [v.base_release] + [r for r in v.releases if r != v.base_release]
+        local = [r for r in rels if _release_available(r)] or rels[:1]
+        return [(v, r, alias_of(r)) for r in local]
+    pool: list[tuple[Variant, str, str | None]] = []
+    for alias, t in series.targets.items():
+        if t.release and t.status == "verified" and t.variant in series.variants:
+            if _release_available(t.release):
+                pool.append((series.variants[t.variant], t.release, alias))
+    if not pool:
+        for v in series.variants.values():
+            pool.append((v, v.base_release, alias_of(v.base_release)))
+    return pool
+
+
+# --------------------------------------------------------------------------------------------
+# merging and reporting
+
+
+@dataclass
+class Conflict:
+    patch: str
+    subject: str
+    file: str
+    number: int
+    line: int  # 1-based line of the conflict in the merged output
+    hunk: str | None  # the patch hunk it falls in ("@@ -a,b +c,d @@ ...")
+    ours: str  # the fork's side
+    base: str  # the release preimage
+    theirs: str  # the release with the patch
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _merge(ours: bytes, base: bytes, theirs: bytes, labels: tuple[str, str, str]) -> tuple[bytes, int]:
+    """``git merge-file -p --diff3``: (merged bytes, number of conflicts)."""
+    with tempfile.TemporaryDirectory(prefix="sm120kit-merge-") as tmp:
+        t = Path(tmp)
+        (t / "ours").write_bytes(ours)
+        (t / "base").write_bytes(base)
+        (t / "theirs").write_bytes(theirs)
+        proc = subprocess.run(
+            ["git", "merge-file", "-p", "--diff3", "-L", labels[0], "-L", labels[1], "-L",
+             labels[2], "ours", "base", "theirs"],
+            cwd=tmp, env=git_env(), capture_output=True, timeout=120,
+        )
+    if proc.returncode < 0 or proc.returncode > 127:
+        raise UserError(f"git merge-file failed: {proc.stderr.decode('utf-8', 'replace')[:300]}")
+    return proc.stdout, proc.returncode
+
+
+def _conflict_regions(merged: str) -> list[tuple[int, str, str, str]]:
+    """(line, ours, base, theirs) for each diff3 conflict block of ``merged``."""
+    out = []
+    lines = merged.splitlines(keepends=True)
+    i = 0
+    while i < len(lines):
+        if lines[i].startswith("<<<<<<< "):
+            start = i + 1
+            sec: dict[str, list[str]] = {"ours": [], "base": [], "theirs": []}
+            cur = "ours"
+            i += 1
+            while i < len(lines) and not lines[i].startswith(">>>>>>> "):
+                ln = lines[i]
+                if ln.startswith("||||||| ") and cur == "ours":
+                    cur = "base"
+                elif ln.rstrip("\r\n") == "=======" and cur in ("ours", "base"):
+                    cur = "theirs"
+                else:
+                    sec[cur].append(ln)
+                i += 1
+            out.append((start, "".join(sec["ours"]), "".join(sec["base"]), "".join(sec["theirs"])))
+        i += 1
+    return out
+
+
+def _hunk_for(variant: Variant, patch_file: str, path: str, base_text: str, base_file: str) -> str | None:
+    """The header of the patch hunk (for ``path``) nearest to where ``base_text`` sits."""
+    import unidiff
+
+    try:
+        ps = unidiff.PatchSet(
+            (variant.directory / patch_file).read_text(encoding="utf-8", errors="replace"))
+    except Exception:  # noqa: BLE001 - the report is best effort; the conflict itself is exact
+        return None
+    pos = base_file.find(base_text) if base_text.strip() else -1
+    line = base_file.count("\n", 0, pos) + 1 if pos >= 0 else None
+    best: tuple[int, str] | None = None
+    for pf in ps:
+        if pf.path != path:
+            continue
+        for h in pf:
+            header = f"@@ -{h.source_start},{h.source_length} +{h.target_start},{h.target_length} @@"
+            if h.section_header:
+                header += " " + h.section_header.strip()
+            if line is None:
+                return header
+            end = h.source_start + max(h.source_length, 1)
+            dist = 0 if h.source_start <= line < end else min(abs(line - h.source_start),
+                                                               abs(line - end))
+            if best is None or dist < best[0]:
+                best = (dist, header)
+    return best[1] if best else None
+
+
+def _compile_problems(files: dict[str, bytes | None]) -> list[str]:
+    bad = []
+    for path, data in files.items():
+        if path.endswith(".py") and data is not None:
+            try:
+                compile(data, path, "exec", dont_inherit=True)
+            except SyntaxError as exc:
+                bad.append(f"{path}:{exc.lineno}: {exc.msg}")
+    return bad
+
+
+# --------------------------------------------------------------------------------------------
+# result
+
+
+@dataclass
+class PortResult:
+    status: str  # ported | conflict | already-applied | not-needed | would-port
+    alias: str
+    repo: Path
+    base: str
+    into: str | None
+    source: Candidate
+    candidates: list[Candidate] = field(default_factory=list)
+    commits: list[dict[str, str]] = field(default_factory=list)
+    conflicts: list[Conflict] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    report: Path | None = None
+    files: dict[str, bytes | None] = field(default_factory=dict, repr=False)
+
+    @property
+    def exit_code(self) -> int:
+        return ExitCode.FAILURE if self.status == "conflict" else ExitCode.OK
+
+    @property
+    def branch(self) -> str | None:
+        return self.into if self.status == "ported" else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "mode": "port",
+            "status": self.status,
+            "alias": self.alias,
+            "repo": str(self.repo),
+            "base": self.base,
+            "branch": self.into if self.status == "ported" else None,
+            "into": self.into,
+            "source": self.source.to_dict(),
+            "candidates": [c.to_dict() for c in self.candidates],
+            "commits": self.commits,
+            "conflicts": [c.to_dict() for c in self.conflicts],
+            "problems": self.problems,
+            "report": str(self.report) if self.report else None,
+        }
+
+    def render(self, console: Any) -> None:
+        from rich.table import Table
+
+        src = self.source
+        console.print(f"3-way port of variant {src.variant} (from vllm {src.release}, similarity "
+                      f"{src.score:.3f}) onto {self.base[:12]} in {self.repo}")
+        if self.commits:
+            t = Table(title="ported patches", title_justify="left")
+            t.add_column("patch")
+            t.add_column("commit")
+            for c in self.commits:
+                t.add_row(c["patch"], c["commit"][:12])
+            console.print(t)
+        if self.conflicts:
+            t = Table(title="conflicts", title_justify="left")
+            for col in ("patch", "file", "line", "hunk"):
+                t.add_column(col)
+            for k in self.conflicts:
+                t.add_row(k.patch, k.file, str(k.line), k.hunk or "?")
+            console.print(t)
+        for p in self.problems:
+            console.print(f"[red]problem[/red]: {p}")
+        if self.status == "ported":
+            console.print(f"[green]ported[/green]: branch {self.into}")
+        elif self.status == "conflict":
+            console.print(f"[bold red]conflict[/bold red]: nothing changed; report: {self.report}")
+        else:
+            console.print(self.status)
+
+
+def _write_report(result: PortResult, report_dir: Path | None) -> Path:
+    d = Path(report_dir) if report_dir else Path(tempfile.mkdtemp(prefix="sm120kit-port-report-"))
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "report.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n")
+    lines = [
+        f"# sm120kit 3-way port: {result.status}",
+        "",
+        f"- target: `{result.repo}` at `{result.base}` (alias `{result.alias}`)",
+        f"- source: variant `{result.source.variant}` from vLLM {result.source.release}",
+        "- nothing was changed in the target repository",
+        "",
+    ]
+    for p in result.problems:
+        lines.append(f"- problem: {p}")
+    for c in result.conflicts:
+        lines += [
+            f"## {c.file}: conflict {c.number} (patch {c.patch})",
+            "",
+            f"- patch subject: {c.subject}",
+            f"- hunk: `{c.hunk or 'unknown'}`",
+            f"- line {c.line} of the merged file",
+            "",
+            "### target (fork) side",
+            "```python",
+            c.ours.rstrip("\n"),
+            "```",
+            "### release preimage (base)",
+            "```python",
+            c.base.rstrip("\n"),
+            "```",
+            "### patched release side",
+            "```python",
+            c.theirs.rstrip("\n"),
+            "```",
+            "",
+        ]
+    path = d / "report.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+# --------------------------------------------------------------------------------------------
+# the port
+
+
+def resolve_base(repo: Path, target: Target | None, base: str | None) -> str:
+    """The commit to port onto: ``base``; else a fork alias' branch (local or fetched); else the
+    alias' base ref when the repository has it; else HEAD."""
+    if base:
+        sha = rev_parse(repo, base)
+        if sha is None:
+            raise UserError(f"base {base!r} is not a commit in {repo}",
+                            hint="fetch it first (git fetch origin TAG_OR_BRANCH)")
+        return sha
+    if target is not None and target.branch:
+        return fetch_branch(repo, target)
+    if target is not None and target.base_ref:
+        sha = rev_parse(repo, target.base_ref)
+        if sha:
+            return sha
+    sha = rev_parse(repo, "HEAD")
+    if sha is None:
+        raise UserError(f"{repo} has no commits")
+    return sha
+
+
+def fetch_branch(repo: Path, target: Target) -> str:
+    """A fork alias' branch: a local ref if present, otherwise fetched from ``target.repo``.
+
+    Fetching writes only objects and ``FETCH_HEAD`` (no ref is created or moved).
+    """
+    branch = target.branch or ""
+    for ref in (f"refs/heads/{branch}", f"refs/remotes/origin/{branch}"):
+        sha = rev_parse(repo, ref)
+        if sha:
+            return sha
+    proc = run_git(["for-each-ref", "--format=%(objectname)", f"refs/remotes/*/{branch}"], repo)
+    found = proc.stdout.split()
+    if found:
+        return found[0]
+    if not target.repo:
+        raise UserError(f"branch {branch} is not in {repo} and {target.alias} has no remote")
+    proc = run_git(["fetch", "--no-tags", target.repo, f"refs/heads/{branch}"], repo,
+                   check=False, timeout=900)
+    if proc.returncode == 0:
+        sha = rev_parse(repo, "FETCH_HEAD")  # fetching creates or moves no ref
+        if sha:
+            return sha
+    err = (proc.stderr.strip().splitlines() or ["unknown error"])[-1]
+    raise UserError(
+        f"cannot fetch {branch} from {target.repo}: {err}",
+        hint=f"offline? fetch it where the network reaches GitHub: git fetch {target.repo} "
+        f"{branch}:{branch}, then rerun with --repo",
+    )
+
+
+def port_series(
+    repo: Path,
+    alias: str,
+    base: str | None = None,
+    into: str = "",
+    from_alias: str | None = None,
+    *,
+    series: Series | None = None,
+    report_dir: Path | None = None,
+    dry_run: bool = False,
+    create_branch: bool = True,
+) -> PortResult:
+    """3-way port the series onto ``base`` in ``repo`` (see the module docstring)."""
+    repo = Path(repo)
+    series = series or load_series()
+    target = series.targets.get(alias)
+    if target is None and from_alias is None:
+        series.target(alias)  # raises the unknown-alias error listing the known ones
+    if target is not None and target.status == "unsupported":
+        raise UserError(f"{alias} is not supported: {target.reason}")
+    base_sha = resolve_base(repo, target, base)
+    into = into or f"sm120kit/dcp-{alias}"
+    if create_branch and not dry_run and rev_parse(repo, f"refs/heads/{into}"):
+        raise UserError(f"branch {into} already exists in {repo}",
+                        hint="pass --into NEW_BRANCH or delete the old one")
+
+    def ours_at(paths: list[str]) -> dict[str, bytes | None]:
+        return read_files_at(repo, base_sha, paths)
+
+    pool = candidate_pool(series, target, from_alias)
+    cands = rank_candidates(series, ours_at, pool)
+    src = cands[0]
+    variant = series.variant(src.variant)
+    variant.check_checksums()
+    files = variant.touched_files()
+    fork = ours_at(files)
+
+    result = PortResult("ported", alias, repo, base_sha, into, src, cands)
+    # already there?
+    def markers_in(content: dict[str, bytes | None], kind: str) -> bool:
+        ok = True
+        for p in variant.patches:
+            ms = p.applied_markers if kind == "applied" else p.upstream_markers
+            if not ms:
+                return False
+            for m in ms:
+                data = content.get(m.file)
+                if data is None and m.file not in content:
+                    data = ours_at([m.file])[m.file]
+                if data is None or m.text not in data.decode("utf-8", "replace"):
+                    ok = False
+        return ok
+
+    if markers_in(fork, "applied"):
+        result.status = "already-applied"
+        return result
+    if markers_in(fork, "upstream"):
+        result.status = "not-needed"
+        return result
+
+    release_files = _release_file_map(src.release, files)
+    steps = series_steps(release_files, variant)
+    prev = dict(release_files)
+    cur: dict[str, bytes | None] = dict(fork)
+    per_patch: list[dict[str, bytes | None]] = []
+    labels = (f"target {base_sha[:12]}", f"vllm {src.release}", f"vllm {src.release} + {variant.name}")
+    for step in steps:
+        changed: dict[str, bytes | None] = {}
+        for path, after in step.after.items():
+            before = prev.get(path)
+            if before == after:
+                continue
+            mine = cur.get(path)
+            if path not in cur:
+                mine = ours_at([path])[path]
+            if mine == before:
+                new = after
+            elif mine == after:
+                new = mine
+            elif mine is None or before is None or after is None:
+                result.conflicts.append(Conflict(
+                    step.file, step.subject, path, len(result.conflicts) + 1, 0, None,
+                    "(missing)" if mine is None else "(present)",
+                    "(missing)" if before is None else "(present)",
+                    "(deleted)" if after is None else "(created)"))
+                continue
+            else:
+                merged, n = _merge(mine, before, after, labels)
+                if n:
+                    text = merged.decode("utf-8", "replace")
+                    base_text = before.decode("utf-8", "replace")
+                    for line, o, b, t in _conflict_regions(text):
+                        result.conflicts.append(Conflict(
+                            step.file, step.subject, path, len(result.conflicts) + 1, line,
+                            _hunk_for(variant, step.file, path, b, base_text), o, b, t))
+                    continue
+                new = merged
+            changed[path] = new
+        cur.update(changed)
+        per_patch.append(changed)
+        prev = dict(step.after)
+
+    if not result.conflicts:
+        result.problems += _compile_problems({p: cur.get(p) for p in files})
+        for p in variant.patches:
+            for m in p.applied_markers:
+                data = cur.get(m.file)
+                if data is None or m.text not in data.decode("utf-8", "replace"):
+                    result.problems.append(
+                        f"{p.file}: applied-marker {m.text!r} missing from {m.file} after merging")
+    result.files = {p: cur.get(p) for p in files}
+    if result.conflicts or result.problems:
+        result.status = "conflict"
+        result.report = _write_report(result, report_dir)
+        return result
+    if dry_run:
+        result.status = "would-port"
+        return result
+    commits = _commit_steps(repo, base_sha, steps, per_patch)
+    result.commits = [{"patch": s.file, "subject": s.subject, "commit": c}
+                      for s, c in zip(steps, commits, strict=True)]
+    if create_branch:
+        run_git(["update-ref", "-m", f"sm120kit: 3-way port of {variant.name}",
+                 f"refs/heads/{into}", commits[-1], ""], repo)
+    return result
+
+
+def _commit_steps(repo: Path, base_sha: str, steps: list[PatchStep],
+                  per_patch: list[dict[str, bytes | None]]) -> list[str]:
+    """One commit per patch on top of ``base_sha``, written with plumbing and a private index."""
+    from sm120kit.patchset.gitcmd import tree_modes
+
+    with tempfile.TemporaryDirectory(prefix="sm120kit-index-") as tmp:
+        env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        _git_bytes(["read-tree", base_sha], repo, env=env)
+        modes = tree_modes(repo, base_sha, [p for ch in per_patch for p in ch])
+        parent = base_sha
+        out = []
+        for step, changed in zip(steps, per_patch, strict=True):
+            for path, data in changed.items():
+                if data is None:
+                    _git_bytes(["update-index", "--force-remove", "--", path], repo, env=env)
+                    continue
+                blob = _git_bytes(["hash-object", "-w", "--no-filters", "--stdin"], repo,
+                                  input=data).decode().strip()
+                mode = modes.get(path, "100644")
+                _git_bytes(["update-index", "--add", "--cacheinfo", f"{mode},{blob},{path}"],
+                           repo, env=env)
+            tree = _git_bytes(["write-tree"], repo, env=env).decode().strip()
+            cenv = dict(env)
+            cenv.update({
+                "GIT_AUTHOR_NAME": step.author_name,
+                "GIT_AUTHOR_EMAIL": step.author_email,
+                "GIT_AUTHOR_DATE": step.author_date,
+                "GIT_COMMITTER_NAME": os.environ.get("GIT_COMMITTER_NAME", "sm120kit"),
+                "GIT_COMMITTER_EMAIL": os.environ.get("GIT_COMMITTER_EMAIL", "sm120kit@localhost"),
+            })
+            parent = _git_bytes(["commit-tree", tree, "-p", parent, "-F", "-"], repo,
+                                input=step.message.encode(), env=cenv).decode().strip()
+            out.append(parent)
+        return out
