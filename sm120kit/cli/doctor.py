@@ -1,0 +1,54 @@
+"""``sm120kit doctor``: thin CLI over ``sm120kit.doctor.run_doctor``."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+
+@click.command("doctor", context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--tier", type=click.IntRange(0, 2), default=1, show_default=True,
+              help="Run tiers 0..N: 0 stdlib/source only, 1 NVML, 2 deep (root, slow).")
+@click.option("--deep", is_flag=True, help="Same as --tier 2: ACS, AER, Xid, P2P+NCCL smoke test.")
+@click.option("--layout", is_flag=True, help="Run the fp8_ds_mla layout self-test (needs torch).")
+@click.option("--only", "only", multiple=True, metavar="ID",
+              help="Run only this check id, id prefix or area (repeatable).")
+@click.option("--config", "config_path", type=click.Path(dir_okay=True), default=None,
+              help="A model config.json (or its directory) or a vllm serve options file.")
+@click.option("--dcp", "dcp", type=int, default=None, help="Planned DCP size (overrides argv).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("--markdown", "as_md", is_flag=True, help="Print the report as Markdown.")
+@click.option("--root", default="/", hidden=True, help="Root of procfs/sysfs (tests).")
+@click.argument("launch", nargs=-1, type=click.UNPROCESSED)
+def doctor_cmd(tier: int, deep: bool, layout: bool, only: tuple[str, ...],
+               config_path: str | None, dcp: int | None, as_json: bool, as_md: bool, root: str,
+               launch: tuple[str, ...]) -> int:
+    """Judge FlashInfer, SM120 GPUs, the planned launch and the host before a DCP start.
+
+    Pass the launch after `--`:  sm120kit doctor -- vllm serve MODEL -tp 8 -dcp 8 ...
+
+    Exit code: 0 all ok, 1 warnings, 2 failures.
+    """
+    from sm120kit.doctor import run_doctor
+
+    if as_json and as_md:
+        raise click.UsageError("--json and --markdown are exclusive")
+    top = 2 if deep else tier
+    report = run_doctor(tiers=tuple(range(top + 1)), launch_argv=list(launch) or None,
+                        config_path=config_path, dcp_planned=dcp, layout=layout,
+                        only=list(only) or None, root=root)
+    if as_json:
+        from sm120kit.report import dump_json
+
+        dump_json("doctor", report)
+    elif as_md:
+        from sm120kit.doctor.render import render_markdown
+
+        sys.stdout.write(render_markdown(report))
+    else:
+        from sm120kit.doctor.render import render_table
+        from sm120kit.report import console
+
+        render_table(report, console())
+    return report.exit_code

@@ -1,0 +1,1 @@
+"""Doctor checks, one module per area; each registers its functions with ``registry.check``."""

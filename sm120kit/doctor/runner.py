@@ -1,0 +1,116 @@
+"""Run the selected checks, each isolated (exception → ``error``) and bounded by a timeout."""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from sm120kit.doctor.context import Context
+from sm120kit.doctor.model import CheckResult, DoctorReport, Outcome
+from sm120kit.doctor.registry import Check, all_checks
+from sm120kit.errors import UserError
+
+STATUSES = ("ok", "warn", "fail", "skip", "error")
+
+
+def run_one(chk: Check, ctx: Context, timeout: float | None = None) -> CheckResult:
+    limit = chk.timeout if timeout is None else timeout
+    box: list[Outcome | BaseException] = []
+
+    def work() -> None:
+        try:
+            box.append(chk.fn(ctx))
+        except BaseException as exc:  # isolate everything, even SystemExit from a library
+            box.append(exc)
+
+    t0 = time.perf_counter()
+    th = threading.Thread(target=work, name=f"doctor-{chk.id}", daemon=True)
+    th.start()
+    th.join(limit)
+    dt = time.perf_counter() - t0
+    if not box:
+        return CheckResult(chk.id, chk.area, chk.tier, "error",
+                           f"check did not finish within {limit:g} s", {"timeout_s": limit},
+                           None, dt)
+    res = box[0]
+    if isinstance(res, BaseException):
+        tb = traceback.format_exception(type(res), res, res.__traceback__)
+        return CheckResult(chk.id, chk.area, chk.tier, "error",
+                           f"check raised {type(res).__name__}: {res}"[:300],
+                           {"traceback_tail": "".join(tb[-3:])[-1500:]}, None, dt)
+    if not isinstance(res, Outcome) or res.status not in STATUSES:
+        return CheckResult(chk.id, chk.area, chk.tier, "error",
+                           f"check returned an invalid result: {res!r}"[:300], {}, None, dt)
+    return CheckResult(chk.id, chk.area, chk.tier, res.status, res.summary, res.evidence,
+                       res.fix, dt)
+
+
+def select(checks: Iterable[Check], *, tiers: Sequence[int], launch: bool, layout: bool,
+           only: Sequence[str] | None) -> list[Check]:
+    pool = list(checks)
+    if only:
+        chosen: list[Check] = []
+        for want in only:
+            hit = [c for c in pool if c.id == want or c.id.startswith(want.rstrip(".") + ".")
+                   or c.area == want]
+            if not hit:
+                known = ", ".join(sorted(c.id for c in pool))
+                raise UserError(f"unknown check {want!r}",
+                                hint=f"known checks: {known[:600]}")
+            chosen += [c for c in hit if c not in chosen]
+        # --only runs what was asked, whatever the tier (but a layout/launch check still needs
+        # its input: it reports skip itself)
+        return chosen
+    out = []
+    for c in pool:
+        if c.tier not in tiers:
+            continue
+        if c.kind == "launch" and not launch:
+            continue
+        if c.kind == "layout" and not layout:
+            continue
+        out.append(c)
+    return out
+
+
+def run_doctor(
+    *,
+    tiers: Sequence[int] = (0, 1),
+    launch_argv: list[str] | None = None,
+    config_path: str | None = None,
+    dcp_planned: int | None = None,
+    layout: bool = False,
+    only: Sequence[str] | None = None,
+    root: str = "/",
+    environ: dict[str, str] | None = None,
+    paths: Sequence[str] | None = None,
+    series_root: Any = None,
+    nvml_seam: Any = None,
+    nvml_timeout: float = 5.0,
+    timeout: float | None = None,
+) -> DoctorReport:
+    """Run doctor's checks and return the report (never raises for a broken check).
+
+    Raises ``UserError`` only for bad input: unknown ``--only`` id, unreadable ``--config``,
+    malformed launch arguments.
+    """
+    import os
+
+    from sm120kit.doctor.launch import build_plan
+
+    t0 = time.perf_counter()
+    env = dict(os.environ) if environ is None else environ
+    plan = build_plan(launch_argv, config_path, env)
+    if dcp_planned is not None and dcp_planned < 1:
+        raise UserError(f"--dcp must be >= 1, got {dcp_planned}")
+    ctx = Context(root=root, environ=env, paths=paths, launch=plan, dcp_planned=dcp_planned,
+                  series_root=series_root, nvml_seam=nvml_seam, nvml_timeout=nvml_timeout)
+    chosen = select(all_checks(), tiers=tiers, launch=plan is not None, layout=layout, only=only)
+    results = [run_one(c, ctx, timeout) for c in chosen]
+    opts = {"launch_argv": launch_argv, "config_path": config_path, "dcp_planned": ctx.dcp,
+            "layout": layout, "only": list(only) if only else None, "root": root}
+    return DoctorReport(checks=results, tiers=sorted(set(tiers)), options=opts,
+                        duration_s=time.perf_counter() - t0)
