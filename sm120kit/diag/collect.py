@@ -659,30 +659,86 @@ def collect_processes(
     import psutil
 
     labels = labels or {}
+    ctx = context or Context(mode="processes")
+    procs: list[Proc] = []
+    for pid in pids:
+        try:
+            d = describe(psutil.Process(pid), label=labels.get(pid))
+        except psutil.Error:
+            d = None
+        if d is None:
+            ctx.notes.append(f"pid {pid} ({labels.get(pid, '?')}) was gone before the snapshot")
+            continue
+        procs.append(d)
+    tb, _res = collect_procs(procs, Path(out_dir), reason=reason, deadline_s=deadline_s,
+                             redact=redact, host_map_file=host_map_file, options=options,
+                             context=ctx)
+    return tb
+
+
+def collect_procs(
+    procs: list[Proc],
+    out_dir: Path,
+    *,
+    reason: str,
+    deadline_s: float,
+    redact: bool = True,
+    host_map_file: Path | None = None,
+    options: Options | None = None,
+    context: Context | None = None,
+) -> tuple[Path, Result | None]:
+    """:func:`collect_processes` for already described processes; returns (tarball, result)."""
     opts = options or Options()
     opts.deadline_s = deadline_s
     ctx = context or Context(mode="processes")
     ctx.reason = reason
     ctx.stall_kind = ctx.stall_kind or "requested"
     redactor = Redactor(enabled=redact, host_map_file=host_map_file)
-    bundle = Bundle.create(Path(out_dir), redactor)
-    procs: list[Proc] = []
+    bundle = Bundle.create(Path(out_dir), redactor, meta={"mode": ctx.mode})
     res: Result | None = None
     try:
-        for pid in pids:
-            try:
-                d = describe(psutil.Process(pid), label=labels.get(pid))
-            except psutil.Error:
-                d = None
-            if d is None:
-                ctx.notes.append(f"pid {pid} ({labels.get(pid, '?')}) was gone before the snapshot")
-                continue
-            procs.append(d)
         env_hints(procs, ctx, opts)
         res = snapshot(bundle, procs, ctx, opts)
     finally:
         tb = finalize(bundle, procs, ctx, res, opts)
-    return tb
+    if res is not None:
+        res.tarball = tb
+    return tb, res
 
 
-__all__ = ["Context", "Options", "Result", "collect_processes", "finalize", "snapshot"]
+def attach(
+    pid: int | None,
+    out_dir: Path,
+    *,
+    deadline_s: float = 60.0,
+    redact: bool = True,
+    host_map_file: Path | None = None,
+    options: Options | None = None,
+) -> tuple[Path, Result | None, list[Proc]]:
+    """``collect --attach [PID]``: find the running vLLM tree (see :func:`procs.discover`) and
+    snapshot it now. Never signals anything. Raises UserError when nothing is found."""
+    from sm120kit.diag.procs import discover
+    from sm120kit.errors import UserError
+
+    procs = discover(pid)
+    if not procs:
+        if pid is not None:
+            raise UserError(f"no process with pid {pid}", hint="check the pid with `ps -ef`")
+        raise UserError(
+            "no running vLLM process found (titles VLLM::Worker*, VLLM::EngineCore*, "
+            "VLLM::APIServer*, sm120kit::warmup_DCP*, or `vllm serve`)",
+            hint="pass the API server or a worker pid: sm120kit collect --attach PID",
+        )
+    roots = [p for p in procs if p.ppid not in {q.pid for q in procs}]
+    ctx = Context(mode="attach")
+    if len(roots) > 1:
+        ctx.notes.append("several process trees matched: " + ", ".join(
+            f"{r.label} (pid {r.pid})" for r in roots) + "; all were sampled")
+    tb, res = collect_procs(procs, out_dir, reason="attach: snapshot requested",
+                            deadline_s=deadline_s, redact=redact, host_map_file=host_map_file,
+                            options=options, context=ctx)
+    return tb, res, procs
+
+
+__all__ = ["Context", "Options", "Result", "attach", "collect_processes", "collect_procs", "finalize",
+           "snapshot"]

@@ -1,0 +1,152 @@
+"""``sm120kit collect``: supervise a launch (``-- vllm serve ...``) or snapshot a running vLLM
+(``--attach [PID]``) into a redacted support bundle (thin: parse, call the core, render)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from sm120kit.errors import ExitCode, UserError
+
+
+def _render_launch(res: Any, as_json: bool) -> None:
+    from sm120kit.report import console, dump_json
+
+    if as_json:
+        dump_json("collect", {"status": res.outcome, **res.to_dict()})
+        return
+    con = console(stderr=True)
+    if res.timeline:
+        from rich.table import Table
+
+        t = Table(title="startup phases", show_lines=False)
+        t.add_column("phase")
+        t.add_column("at (s)", justify="right")
+        t.add_column("took (s)", justify="right")
+        for i, ph in enumerate(res.timeline):
+            nxt = res.timeline[i + 1]["t"] if i + 1 < len(res.timeline) else None
+            t.add_row(ph["phase"], f"{ph['t']:.1f}", f"{nxt - ph['t']:.1f}" if nxt is not None else "")
+        con.print(t)
+    style = {"ready": "green", "exited": "green", "stalled": "bold red", "crashed": "bold red",
+             "interrupted": "yellow"}.get(res.outcome, "")
+    con.print(f"[{style}]{res.outcome}[/{style}]: {res.reason} (after {res.seconds:.1f}s)")
+    for v in res.verdict:
+        con.print(f"  - {v}")
+    if res.bundle:
+        extra = f" (detection → bundle {res.detect_to_bundle_s:.1f}s)" if res.detect_to_bundle_s else ""
+        con.print(f"bundle: {res.bundle}{extra}")
+
+
+def _render_attach(tb: Path, res: Any, procs: list[Any], as_json: bool) -> None:
+    from sm120kit.report import console, dump_json
+
+    if as_json:
+        dump_json("collect", {
+            "status": "collected", "mode": "attach", "bundle": str(tb),
+            "verdict": res.verdict if res else [],
+            "processes": [{"pid": p.pid, "label": p.label, "role": p.role} for p in procs],
+            "stacks": res.analysis if res else {},
+        })
+        return
+    from rich.table import Table
+
+    con = console(stderr=True)
+    t = Table(title="processes")
+    for c in ("pid", "label", "role", "state", "where"):
+        t.add_column(c)
+    for p in procs:
+        a = (res.analysis if res else {}).get(p.pid, {})
+        t.add_row(str(p.pid), p.label, p.role, str(a.get("state", "-")),
+                  str(a.get("collective") or a.get("caller") or a.get("top") or ""))
+    con.print(t)
+    for v in res.verdict if res else []:
+        con.print(f"  - {v}")
+    con.print(f"bundle: {tb}")
+
+
+@click.command(
+    "collect",
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+)
+@click.option("-o", "--out", "out_dir", type=click.Path(path_type=Path, file_okay=False),
+              default=Path("."), show_default=True, help="Where the bundle is written.")
+@click.option("--attach", "attach", is_flag=True,
+              help="Snapshot a running vLLM now (optionally give its PID as the argument).")
+@click.option("--stall-timeout", type=float, default=120.0, show_default=True,
+              help="Seconds without output or phase change that count as a stall.")
+@click.option("--until-ready", is_flag=True,
+              help="Exit 0 once the server is ready (prints phase timings) and stop it.")
+@click.option("--deadline", "deadline", type=float, default=60.0, show_default=True,
+              help="Upper bound in seconds for collecting the evidence.")
+@click.option("--no-redact", is_flag=True, help="Keep secrets in the bundle (not recommended).")
+@click.option("--obfuscate-hosts", "host_map", type=click.Path(path_type=Path, dir_okay=False),
+              default=None, help="Replace host names/IPs by stable aliases; MAPFILE keeps the "
+              "private original → alias map (never put into the bundle).")
+@click.option("--always-bundle", is_flag=True, help="Write a bundle even for a healthy run.")
+@click.option("--keep-running", is_flag=True,
+              help="After a stall bundle, keep supervising instead of stopping the command.")
+@click.option("--stacks", "stacks", type=click.Choice(["auto", "py-spy", "faulthandler", "none"]),
+              default="auto", show_default=True,
+              help="How to get Python stacks (faulthandler: only processes started by collect).")
+@click.option("--no-diag-env", is_flag=True,
+              help="Do not add diagnostic environment variables / --watchdog-config.")
+@click.option("--no-doctor", is_flag=True, help="Skip the doctor collector.")
+@click.option("--sample-gap", type=float, default=2.0, show_default=True,
+              help="Seconds between the two stack samples (busy vs blocked).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def collect_cmd(
+    out_dir: Path, attach: bool, stall_timeout: float, until_ready: bool, deadline: float,
+    no_redact: bool, host_map: Path | None, always_bundle: bool, keep_running: bool, stacks: str,
+    no_diag_env: bool, no_doctor: bool, sample_gap: float, as_json: bool, command: tuple[str, ...],
+) -> int:
+    """Supervise `-- vllm serve ...` and bundle the evidence of a stall, or `--attach [PID]`.
+
+    \b
+    sm120kit collect --until-ready -- vllm serve MODEL --decode-context-parallel-size 8 ...
+    sm120kit collect --attach            # find VLLM::* processes and snapshot them
+    sm120kit collect --attach 12345      # a worker or API server pid
+    """
+    if stall_timeout <= 0 or deadline <= 0:
+        raise UserError("--stall-timeout and --deadline must be positive")
+    if attach:
+        pid: int | None = None
+        if len(command) > 1 or (command and not command[0].isdigit()):
+            raise UserError("--attach takes at most one PID, not a command",
+                            hint="sm120kit collect --attach [PID]  or  sm120kit collect -- CMD ...")
+        if command:
+            pid = int(command[0])
+        from sm120kit.diag.collect import Options
+        from sm120kit.diag.collect import attach as do_attach
+
+        opts = Options(deadline_s=deadline, sample_gap_s=sample_gap,
+                       stack_method="py-spy" if stacks == "auto" else stacks,
+                       doctor=not no_doctor)
+        tb, res, procs = do_attach(pid, out_dir, deadline_s=deadline, redact=not no_redact,
+                                   host_map_file=host_map, options=opts)
+        _render_attach(tb, res, procs, as_json)
+        return ExitCode.OK
+    argv = list(command)
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    if not argv:
+        raise UserError("no command to launch",
+                        hint="sm120kit collect [OPTIONS] -- vllm serve MODEL ...  (or --attach)")
+    import shutil
+
+    if shutil.which(argv[0]) is None and not Path(argv[0]).exists():
+        raise UserError(f"command not found: {argv[0]}", hint="check PATH / the virtualenv")
+    from sm120kit.diag.supervise import LaunchOptions, launch
+
+    lo = LaunchOptions(
+        out_dir=out_dir, stall_timeout=stall_timeout, until_ready=until_ready,
+        deadline_s=deadline, redact=not no_redact, host_map_file=host_map,
+        always_bundle=always_bundle, keep_running=keep_running, stacks=stacks,
+        diag_env=not no_diag_env, faulthandler=not no_diag_env, sample_gap_s=sample_gap,
+        doctor=not no_doctor, stdout_to_stderr=as_json,
+    )
+    lres = launch(argv, lo)
+    _render_launch(lres, as_json)
+    return int(lres.exit_code)
