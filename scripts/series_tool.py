@@ -26,8 +26,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-PATCHES = ROOT / "patches"
-MANIFEST = PATCHES / "manifest.json"
+MANIFEST_NAME = "manifest.json"
 _DIFF_RE = re.compile(r"^diff --git a/(\S+) b/(\S+)$", re.M)
 
 
@@ -53,18 +52,20 @@ def patch_info(path: Path) -> tuple[str, list[str]]:
     return subject, list(files)
 
 
-def load_manifest() -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(MANIFEST.read_text(encoding="utf-8"))
+def load_manifest(patches: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((patches / MANIFEST_NAME).read_text(encoding="utf-8"))
     return data
 
 
-def save_manifest(data: dict[str, Any]) -> None:
-    MANIFEST.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+def save_manifest(patches: Path, data: dict[str, Any]) -> None:
+    text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+    (patches / MANIFEST_NAME).write_text(text, encoding="utf-8")
 
 
 def export(args: argparse.Namespace) -> int:
     repo = Path(args.repo).resolve()
-    out = PATCHES / args.variant
+    patches_dir = Path(args.patches_dir).resolve()
+    out = patches_dir / args.variant
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("*.patch"):
         old.unlink()
@@ -73,7 +74,7 @@ def export(args: argparse.Namespace) -> int:
     new_files = sorted(out.glob("*.patch"))
     if not new_files:
         raise SystemExit(f"no commits between {args.base} and {args.tip}")
-    data = load_manifest()
+    data = load_manifest(patches_dir)
     variants = data.setdefault("variants", {})
     entry = variants.setdefault(args.variant, {})
     donor = variants.get(args.markers_from, {}) if args.markers_from else entry
@@ -96,23 +97,24 @@ def export(args: argparse.Namespace) -> int:
     entry.setdefault("releases", [entry["base_release"]])
     entry.setdefault("family", "0.30+")
     entry["patches"] = patches
-    save_manifest(data)
-    print(f"{args.variant}: wrote {len(patches)} patches to {out.relative_to(ROOT)}")
+    save_manifest(patches_dir, data)
+    print(f"{args.variant}: wrote {len(patches)} patches to {out}")
     return 0
 
 
-def check(_args: argparse.Namespace) -> int:
-    data = load_manifest()
+def check(args: argparse.Namespace) -> int:
+    patches_dir = Path(args.patches_dir).resolve()
+    data = load_manifest(patches_dir)
     bad = 0
     for name, v in data.get("variants", {}).items():
-        d = PATCHES / v.get("dir", name)
+        d = patches_dir / v.get("dir", name)
         for p in v.get("patches", []):
             path = d / p["file"]
             if not path.is_file():
-                print(f"MISSING {path.relative_to(ROOT)}")
+                print(f"MISSING {path}")
                 bad += 1
             elif sha256(path) != p["sha256"]:
-                print(f"SHA256 MISMATCH {path.relative_to(ROOT)}")
+                print(f"SHA256 MISMATCH {path}")
                 bad += 1
     print("ok" if not bad else f"{bad} problem(s)")
     return 1 if bad else 0
@@ -120,6 +122,8 @@ def check(_args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--patches-dir", default=str(ROOT / "patches"),
+                    help="series directory holding manifest.json (default: the repo's patches/)")
     sub = ap.add_subparsers(dest="cmd", required=True)
     e = sub.add_parser("export", help="regenerate a variant's patch files from commits")
     e.add_argument("--repo", required=True, help="git repo holding the patch commits")
