@@ -123,6 +123,12 @@ def apply_cmd(
 
     series = _series()
     root = resolve_repo(repo)
+    if series.target(alias).repo:  # fork alias: fetch/clone its branch, apply or 3-way port
+        from sm120kit.patchset.port import apply_fork
+
+        res = apply_fork(series, alias, root, base=base, into=into, checkout=checkout,
+                         dry_run=dry_run, from_alias=from_alias, port=port, progress=_progress())
+        return _emit("apply", res, as_json)
     if root is None:
         if base or checkout:
             raise UserError(

@@ -350,6 +350,7 @@ class PortResult:
     conflicts: list[Conflict] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     report: Path | None = None
+    note: str = ""
     files: dict[str, bytes | None] = field(default_factory=dict, repr=False)
 
     @property
@@ -375,6 +376,7 @@ class PortResult:
             "conflicts": [c.to_dict() for c in self.conflicts],
             "problems": self.problems,
             "report": str(self.report) if self.report else None,
+            "note": self.note or None,
         }
 
     def render(self, console: Any) -> None:
@@ -399,6 +401,8 @@ class PortResult:
             console.print(t)
         for p in self.problems:
             console.print(f"[red]problem[/red]: {p}")
+        if self.note:
+            console.print(self.note)
         if self.status == "ported":
             console.print(f"[green]ported[/green]: branch {self.into}")
         elif self.status == "conflict":
@@ -664,3 +668,105 @@ def _commit_steps(repo: Path, base_sha: str, steps: list[PatchStep],
                                 input=step.message.encode(), env=cenv).decode().strip()
             out.append(parent)
         return out
+
+
+# --------------------------------------------------------------------------------------------
+# fork aliases (repo + branch in the manifest): fetch / clone, then apply or port
+
+
+def fork_clone(target: Target, progress: Callable[[str], None] | None = None) -> Path:
+    """A clone of a fork alias' remote branch in the cache (``<cache>/forks/<alias>``).
+
+    Created with ``git clone --single-branch`` (git's own progress on stderr); an existing clone
+    is brought up to date with a fetch, or used as is when the remote cannot be reached.
+    """
+    from sm120kit.paths import cache_dir
+
+    if not (target.repo and target.branch):
+        raise UserError(f"{target.alias} is not a fork alias (no repo/branch in the manifest)")
+    dest = cache_dir() / "forks" / target.alias
+    if (dest / ".git").is_dir():
+        if progress:
+            progress(f"updating {dest} from {target.repo}")
+        proc = run_git(["fetch", "--no-tags", "origin",
+                        f"+refs/heads/{target.branch}:refs/remotes/origin/{target.branch}"],
+                       dest, check=False, timeout=1800)
+        if proc.returncode != 0:
+            if rev_parse(dest, f"refs/remotes/origin/{target.branch}") is None:
+                raise UserError(
+                    f"cannot fetch {target.branch} from {target.repo}: "
+                    + (proc.stderr.strip().splitlines() or ["unknown error"])[-1],
+                    hint="check the network, or clone the branch yourself and pass --repo PATH",
+                )
+            if progress:
+                progress("remote unreachable; using the cached clone as it is")
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.alias}-", dir=dest.parent))
+    if progress:
+        progress(f"cloning {target.repo} ({target.branch}) into {dest}")
+    cmd = ["git", "-c", "core.hooksPath=/dev/null", "clone", "--single-branch", "--no-tags",
+           "--branch", target.branch, target.repo, str(tmp / "repo")]
+    if progress:
+        cmd.insert(4, "--progress")
+    proc = subprocess.run(cmd, env=git_env(), stdout=subprocess.DEVNULL,
+                          stderr=None if progress else subprocess.PIPE, text=True, timeout=3600)
+    if proc.returncode != 0:
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+        err = ((proc.stderr or "").strip().splitlines() or ["see the git output above"])[-1]
+        raise UserError(
+            f"cannot clone {target.branch} from {target.repo}: {err}",
+            hint="offline? clone the branch where GitHub is reachable and pass --repo PATH",
+        )
+    os.replace(tmp / "repo", dest)
+    os.rmdir(tmp)
+    return dest
+
+
+def apply_fork(
+    series: Series,
+    alias: str,
+    root: Path | None,
+    *,
+    base: str | None = None,
+    into: str | None = None,
+    checkout: bool = False,
+    dry_run: bool = False,
+    from_alias: str | None = None,
+    port: bool | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> Any:
+    """``sm120kit apply --branch FORK_ALIAS``: on ``root`` (a checkout), else on a cached clone.
+
+    The base is ``base``, else the alias' branch (local ref, else fetched). The variant is tried
+    with the core engine first (``git am``); when it does not apply, and porting is allowed, it
+    is 3-way ported from ``from_alias`` / the alias' ``port_from``.
+    """
+    from sm120kit.patchset.apply import ApplyFailed, apply_to_checkout
+
+    target = series.target(alias)
+    ours = root is None
+    if root is None:
+        root = fork_clone(target, progress)
+    base_sha = resolve_base(root, target, base)
+    into = into or f"sm120kit/dcp-{alias}"
+    try:
+        return apply_to_checkout(series, alias, root, base=base_sha, into=into, checkout=checkout,
+                                 dry_run=dry_run, from_alias=from_alias, port=False)
+    except ApplyFailed:
+        if port is False or not (from_alias or target.port_from):
+            raise
+    res = port_series(root, alias, base_sha, into, from_alias or target.port_from,
+                      series=series, dry_run=dry_run)
+    if res.status == "ported" and (ours or checkout):
+        proc = run_git(["checkout", "-q", into], root, check=False)
+        res.note = (f"checked out {into} in {root}" if proc.returncode == 0
+                    else f"branch {into} created in {root} (checkout failed: "
+                    f"{proc.stderr.strip()[:120]})")
+    if target.status == "unverified-here":
+        res.note = (res.note + "; " if res.note else "") + (
+            f"{alias} is not verified by sm120kit's own tests: run `sm120kit verify --repo {root} "
+            f"--branch {alias} --base {base_sha[:12]}` on the result")
+    return res
