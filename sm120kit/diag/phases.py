@@ -412,5 +412,10 @@ class PhaseTracker:
             return phase == "serving" and high_phase != "serving"
         return phase in _WARMUP_GROUP and high_phase in _WARMUP_GROUP
 
+    @property
+    def high(self) -> int:
+        """Index in ``PHASES`` of the latest non-terminal phase reached (-1: none yet)."""
+        return self._high
+
     def phases_seen(self) -> list[str]:
         return [p for p, _t, _s in self.timeline]

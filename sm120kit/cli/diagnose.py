@@ -1,0 +1,139 @@
+"""``sm120kit diagnose``: parse options, call ``sm120kit.diag.diagnose``, render.
+
+Human output: the verdict first, then versions/config, the phase timeline, the per-rank table,
+and the findings with their evidence (file:line) and fixes. ``--markdown`` is the same as a
+ready-to-paste ticket comment; ``--json`` the tool envelope around ``DiagnoseResult.to_dict()``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from sm120kit.report import dump_json
+
+if TYPE_CHECKING:
+    from sm120kit.diag.diagnose import DiagnoseResult
+
+
+@click.command("diagnose")
+@click.argument("inputs", nargs=-1, required=True)
+@click.option("--json", "as_json", is_flag=True, help="Emit the result as JSON.")
+@click.option("--markdown", is_flag=True, help="Render a ticket comment in Markdown.")
+@click.option("--max-ranks", default=16, show_default=True, help="Rows of the per-rank table.")
+def diagnose_cmd(inputs: tuple[str, ...], as_json: bool, markdown: bool, max_ranks: int) -> int:
+    """Name the phase, the diverging rank and the likely cause of a vLLM hang or crash.
+
+    INPUTS: a vLLM/NCCL log (any prefix era; `-` reads stdin), a directory of per-rank logs, or
+    a `sm120kit collect` bundle (.tar.gz or directory). Exit 0: nothing wrong found;
+    1: findings; 2: unusable input.
+    """
+    from sm120kit.diag.diagnose import diagnose
+
+    res = diagnose(list(inputs))
+    if as_json:
+        dump_json("diagnose", res.to_dict())
+    elif markdown:
+        click.echo(render_markdown(res, max_ranks=max_ranks))
+    else:
+        render_human(res, max_ranks=max_ranks)
+    return res.exit_code
+
+
+def _kv(d: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in d.items() if v not in (None, "")) or "none found"
+
+
+def _rank_rows(res: DiagnoseResult, max_ranks: int) -> list[list[str]]:
+    rows = []
+    for r in res.ranks[:max_ranks]:
+        last = r.get("last_line") or {}
+        err = r.get("exception") or ((r.get("first_error") or {}).get("text") or "")
+        stalls = ", ".join(f"{k}×{v}" for k, v in (r.get("stalls") or {}).items())
+        rows.append([
+            "" if r.get("rank") is None else str(r["rank"]),
+            str(r.get("process") or r.get("role") or ""),
+            "" if r.get("pid") is None else str(r["pid"]),
+            str(r.get("phase") or ""),
+            f"{last.get('source')}:{last.get('line')}" if last else "",
+            str(r.get("last_time") or ""),
+            (err[:70] + ("…" if len(err) > 70 else "")) if err else stalls,
+        ])
+    return rows
+
+
+def render_human(res: DiagnoseResult, max_ranks: int = 16) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    from sm120kit.report import console
+
+    con = console()
+    style = "bold red" if res.findings else "green"
+    con.print(f"[{style}]{escape(res.verdict)}[/{style}]")
+    con.print(f"versions: {escape(_kv(res.versions))}")
+    con.print(f"config:   {escape(_kv(res.config))}")
+    if res.phases:
+        t = Table(title="phase timeline (first appearance)", show_lines=False)
+        for c in ("phase", "first seen", "where"):
+            t.add_column(c)
+        for ph in res.phases:
+            ev = ph.get("evidence") or {}
+            t.add_row(ph["phase"], ph.get("first_seen") or "",
+                      escape(f"{ev.get('source')}:{ev.get('line')}" if ev else ""))
+        con.print(t)
+    if res.ranks:
+        t = Table(title=f"processes ({len(res.ranks)})")
+        for c in ("rank", "process", "pid", "phase (stopped in)", "last line", "time",
+                  "first error / stalls"):
+            t.add_column(c, overflow="fold")
+        for row in _rank_rows(res, max_ranks):
+            t.add_row(*[escape(x) for x in row])
+        con.print(t)
+    if not res.findings:
+        con.print("[green]no findings[/green]")
+    for i, f in enumerate(res.findings, 1):
+        con.print(f"\n[bold]{i}. [{f.category}] {escape(f.summary)}[/bold]  "
+                  f"(rule {f.rule}, confidence {f.confidence:.2f})")
+        for e in f.evidence[:6]:
+            con.print(f"   [dim]{escape(e.ref)}[/dim]  {escape(e.text[:200])}")
+        if f.fix:
+            con.print(f"   [cyan]fix:[/cyan] {escape(f.fix)}" + (f" ({f.link})" if f.link else ""))
+    for n in res.notes[:10]:
+        con.print(f"[yellow]note:[/yellow] {escape(n)}")
+
+
+def render_markdown(res: DiagnoseResult, max_ranks: int = 16) -> str:
+    def cell(s: Any) -> str:
+        return str(s).replace("|", "\\|").replace("\n", " ")
+
+    out = [f"**sm120kit diagnose:** {cell(res.verdict)}", ""]
+    out.append(f"- versions: {cell(_kv(res.versions))}")
+    out.append(f"- config: {cell(_kv(res.config))}")
+    out.append(f"- input: {cell(', '.join(res.inputs))} ({res.kind})")
+    if res.phases:
+        out += ["", "| phase | first seen | where |", "|---|---|---|"]
+        for ph in res.phases:
+            ev = ph.get("evidence") or {}
+            out.append(f"| {ph['phase']} | {cell(ph.get('first_seen') or '')} | "
+                       f"`{cell(ev.get('source'))}:{ev.get('line')}` |")
+    if res.ranks:
+        out += ["", "| rank | process | pid | stopped in | last line | time | first error / stalls |",
+                "|---|---|---|---|---|---|---|"]
+        for row in _rank_rows(res, max_ranks):
+            out.append("| " + " | ".join(cell(x) for x in row) + " |")
+    out += ["", "### Findings" if res.findings else "No findings."]
+    for i, f in enumerate(res.findings, 1):
+        out.append(f"{i}. **{f.category}** ({f.rule}, confidence {f.confidence:.2f}): "
+                   f"{cell(f.summary)}")
+        if f.evidence:
+            out.append("   ```")
+            for e in f.evidence[:6]:
+                out.append(f"   {e.ref}: {e.text[:200]}".replace("```", "'''"))
+            out.append("   ```")
+        if f.fix:
+            out.append(f"   Fix: {cell(f.fix)}" + (f" ({f.link})" if f.link else ""))
+    if res.notes:
+        out += ["", "Notes: " + "; ".join(cell(n) for n in res.notes[:10])]
+    return "\n".join(out)

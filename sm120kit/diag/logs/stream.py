@@ -1,0 +1,166 @@
+"""Streaming line reader: flat memory in file size, any bytes, fast skipping of NCCL INFO floods.
+
+``scan`` reads a binary stream in fixed blocks and yields ``(line_number, line_bytes)`` for the
+lines that need parsing (1-based numbers; the ``\\n`` and a trailing ``\\r`` removed). Memory is
+O(block + max_line) whatever the file size: a line longer than ``max_line`` is cut and the rest
+of it dropped, so a file without newlines cannot grow the buffer.
+
+Bulk ``NCCL INFO`` lines (per-collective ``COLL`` traces, channel tables) carry nothing for
+diagnosis and dominate big logs. They are skipped at C speed (``bytes.count``/``find`` over the
+block, no Python work per line); NCCL INFO lines that name transports, versions, ranks, env
+overrides or init state are kept. For every NCCL process (``host:pid:``) the last skipped line
+is remembered in ``StreamStats.last_nccl``, so the analysis still knows where each rank's NCCL
+output ended.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import IO
+
+BLOCK = 1 << 20
+MAX_LINE = 64 * 1024
+NCCL_INFO = b" NCCL INFO "
+# NCCL INFO lines worth parsing; every other NCCL INFO line is skipped unparsed
+NCCL_KEEP: tuple[bytes, ...] = (b" via ", b"NCCL version", b"Init COMPLETE", b" nRanks ", b"NCCL_", b".cc:")
+
+
+@dataclass
+class StreamStats:
+    bytes_read: int = 0
+    lines: int = 0
+    long_lines: int = 0  # lines cut at max_line
+    nccl_skipped: int = 0
+    last_nccl: dict[bytes, tuple[int, bytes]] = field(default_factory=dict)
+
+
+def _nccl_key(line: bytes) -> bytes | None:
+    """``b"host:pid:"`` of a raw NCCL line (also behind a vLLM prefix), else None."""
+    j = line.find(NCCL_INFO)
+    if j < 0:
+        j = line.find(b" NCCL ")
+        if j < 0:
+            return None
+    head = line[:j]
+    b = head.rfind(b" [")
+    if b > 0:
+        head = head[:b]
+    sp = head.rfind(b" ")
+    if sp >= 0:
+        head = head[sp + 1 :]
+    c = head.rfind(b":")
+    if c <= 0:
+        return None
+    return head[: c + 1]
+
+
+def _scan_block(buf: bytes, base: int, st: StreamStats) -> list[tuple[int, bytes]]:
+    """Lines of one block of complete lines (``buf`` ends with ``\\n``) that need parsing."""
+    n_nccl = buf.count(NCCL_INFO)
+    if n_nccl == 0:
+        lines = buf.split(b"\n")
+        lines.pop()
+        return [(base + i, ln) for i, ln in enumerate(lines, 1)]
+    n_lines = buf.count(b"\n")
+    out: list[tuple[int, bytes]] = []
+    if n_nccl < n_lines:
+        lines = buf.split(b"\n")
+        lines.pop()
+        out = [(base + i, ln) for i, ln in enumerate(lines, 1) if NCCL_INFO not in ln]
+    # kept NCCL lines, located with find() over the block
+    starts: set[int] = set()
+    for k in NCCL_KEEP:
+        pos = buf.find(k)
+        while pos >= 0:
+            s = buf.rfind(b"\n", 0, pos) + 1
+            e = buf.find(b"\n", pos)
+            if NCCL_INFO in buf[s:e]:
+                starts.add(s)
+            pos = buf.find(k, e)
+    kept = 0
+    if starts:
+        prev, lineno = 0, base + 1
+        for s in sorted(starts):
+            lineno += buf.count(b"\n", prev, s)
+            prev = s
+            e = buf.find(b"\n", s)
+            out.append((lineno, buf[s:e]))
+            key = _nccl_key(buf[s:e])
+            if key is not None and key not in st.last_nccl:
+                st.last_nccl[key] = (lineno, buf[s:e])
+            kept += 1
+        out.sort(key=lambda x: x[0])
+    st.nccl_skipped += n_nccl - kept
+    # last line of every known NCCL process in this block
+    last_nl = len(buf)
+    for key in list(st.last_nccl):
+        p = buf.rfind(key)
+        if p < 0:
+            continue
+        s = buf.rfind(b"\n", 0, p) + 1
+        e = buf.find(b"\n", p)
+        if NCCL_INFO not in buf[s:e] and b" NCCL " not in buf[s:e]:
+            continue
+        lineno = base + n_lines - buf.count(b"\n", e, last_nl) + 1
+        st.last_nccl[key] = (lineno, buf[s:e])
+    return out
+
+
+def scan(
+    fh: IO[bytes], block: int = BLOCK, max_line: int = MAX_LINE, stats: StreamStats | None = None
+) -> Iterator[tuple[int, bytes]]:
+    """Yield ``(line_number, line)`` for every line worth parsing, streaming."""
+    st = stats if stats is not None else StreamStats()
+    carry = b""
+    dropping = False  # inside an over-long line whose head was already emitted
+    base = 0  # number of lines before the current block
+    while True:
+        data = fh.read(block)
+        if not data:
+            break
+        st.bytes_read += len(data)
+        if dropping:
+            nl = data.find(b"\n")
+            if nl < 0:
+                continue
+            data = data[nl + 1 :]
+            dropping = False
+        buf = carry + data if carry else data
+        cut = buf.rfind(b"\n") + 1
+        carry = buf[cut:]
+        buf = buf[:cut]
+        if len(carry) > max_line:
+            # over-long line: emit its head now, drop the rest up to the next newline
+            head = carry[:max_line]
+            carry = b""
+            dropping = True
+        else:
+            head = None
+        if buf:
+            if len(buf) > max_line and buf.count(b"\n") * max_line < len(buf):
+                buf = _cap_lines(buf, max_line, st)
+            for lineno, line in _scan_block(buf, base, st):
+                yield lineno, (line[:-1] if line.endswith(b"\r") else line)
+            n = buf.count(b"\n")
+            base += n
+            st.lines += n
+        if head is not None:
+            base += 1
+            st.lines += 1
+            st.long_lines += 1
+            yield base, head
+    if carry:
+        base += 1
+        st.lines += 1
+        yield base, (carry[:-1] if carry.endswith(b"\r") else carry)
+
+
+def _cap_lines(buf: bytes, max_line: int, st: StreamStats) -> bytes:
+    """Cut every line of ``buf`` longer than ``max_line`` (rare: only when some line is huge)."""
+    parts = buf.split(b"\n")
+    for i, p in enumerate(parts):
+        if len(p) > max_line:
+            parts[i] = p[:max_line]
+            st.long_lines += 1
+    return b"\n".join(parts)
