@@ -314,14 +314,21 @@ def sparse_mla_decode(
     rope_dim = 0 if kv_rope is None else kv_rope.shape[1]
     if dq != r + rope_dim:
         raise ValueError(f"query dim {dq} != kv_lora_rank {r} + rope {rope_dim}")
+    if valid_counts is not None and indices.shape[1]:
+        # only the active prefix can take part: skip the rest of the columns
+        width = max(int(valid_counts.max()), 0) if valid_counts.numel() else 0
+        indices = indices[:, :width]
     mask = active_mask(indices, valid_counts)  # [T, K]
     safe = torch.where(mask, indices.to(torch.int64), torch.zeros_like(indices, dtype=torch.int64))
-    lat = kv_latent.float()[safe]  # [T, K, R]
+    # masked slots read a zero row: cache contents outside the selection (even NaN) never leak
+    keep = mask.unsqueeze(-1)
+    lat = torch.where(keep, kv_latent.float()[safe], 0.0)  # [T, K, R]
     qf = q.float()
     scores = torch.einsum("thr,tkr->thk", qf[..., :r], lat)
     if rope_dim:
         assert kv_rope is not None
-        scores = scores + torch.einsum("thd,tkd->thk", qf[..., r:], kv_rope.float()[safe])
+        rp = torch.where(keep, kv_rope.float()[safe], 0.0)
+        scores = scores + torch.einsum("thd,tkd->thk", qf[..., r:], rp)
     scores = scores * softmax_scale
     scores = scores.masked_fill(~mask.unsqueeze(1), float("-inf"))
     lse_e = torch.logsumexp(scores, dim=-1)  # [T, H], -inf for empty rows

@@ -1,0 +1,242 @@
+"""``sm120kit warmup plan|run``: DCP-valid warmup shapes and the multi-rank decode warmup."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import click
+
+from sm120kit.errors import UserError
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+
+
+def _serve(args: tuple[str, ...]) -> Any:
+    if not args:
+        return None
+    from sm120kit.warmup.vllm_args import parse_serve_args
+
+    return parse_serve_args(list(args))
+
+
+def _human(value: str | None, option: str) -> int | None:
+    if value is None:
+        return None
+    from sm120kit.warmup.vllm_args import parse_human_int
+
+    return parse_human_int(value, option)
+
+
+def _pick(explicit: Any, serve: Any, attr: str, default: Any = None) -> Any:
+    if explicit is not None:
+        return explicit
+    if serve is not None:
+        v = getattr(serve, attr)
+        if v is not None:
+            return v
+    return default
+
+
+@click.group("warmup")
+def warmup_group() -> None:
+    """Plan and run the DCP sparse-MLA decode warmup (the patched vLLM warmup step)."""
+
+
+@warmup_group.command("plan")
+@click.option("--dcp", type=int, default=None, help="decode_context_parallel_size N.")
+@click.option("--block-size", type=int, default=None, help="Per-rank KV block size B [64].")
+@click.option("--interleave", type=int, default=None, help="cp_kv_cache_interleave_size I [1].")
+@click.option("--max-num-seqs", type=int, default=None)
+@click.option("--mtp", type=int, default=None, help="Speculative (MTP) tokens per step [0].")
+@click.option("--max-model-len", default=None, help="Clamp: prompt + decode + 1 <= this.")
+@click.option("--max-num-batched-tokens", default=None, help="Clamp: prompt <= this.")
+@json_option
+@click.argument("serve_args", nargs=-1, type=click.UNPROCESSED)
+def plan_cmd(
+    dcp: int | None,
+    block_size: int | None,
+    interleave: int | None,
+    max_num_seqs: int | None,
+    mtp: int | None,
+    max_model_len: str | None,
+    max_num_batched_tokens: str | None,
+    as_json: bool,
+    serve_args: tuple[str, ...],
+) -> int:
+    """Fixed (N*B, clamped) vs unpatched (2-token) warmup decode prompt, per-rank local KV.
+
+    Values come from the options, else from `-- vllm serve ...` arguments after `--`.
+    """
+    from sm120kit.report import console, dump_json
+    from sm120kit.warmup.plan import plan_warmup
+
+    sa = _serve(serve_args)
+    n = _pick(dcp, sa, "decode_context_parallel_size")
+    if n is None:
+        raise UserError("no DCP size", hint="give --dcp N or the launch line: -- vllm serve ...")
+    try:
+        wp = plan_warmup(
+            int(n),
+            int(_pick(block_size, sa, "block_size", 64)),
+            interleave=int(interleave if interleave is not None else (sa.interleave if sa else 1)),
+            mtp=int(mtp if mtp is not None else (sa.num_speculative_tokens if sa else 0)),
+            max_num_seqs=_pick(max_num_seqs, sa, "max_num_seqs"),
+            max_model_len=_pick(_human(max_model_len, "--max-model-len"), sa, "max_model_len"),
+            max_num_batched_tokens=_pick(
+                _human(max_num_batched_tokens, "--max-num-batched-tokens"),
+                sa,
+                "max_num_batched_tokens",
+            ),
+        )
+    except ValueError as exc:
+        raise UserError(str(exc), hint="vLLM rejects this configuration too") from None
+    if as_json:
+        dump_json("warmup plan", wp.to_dict())
+    else:
+        from sm120kit.warmup.render import render_plan
+
+        render_plan(wp, console())
+    return 1 if wp.status == "warn" else 0
+
+
+def _under_torchrun() -> bool:
+    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR"))
+
+
+@warmup_group.command("run")
+@click.option("--dcp", type=int, default=None, help="DCP ranks to spawn (torchrun: WORLD_SIZE).")
+@click.option("--backend", type=click.Choice(["reference", "flashinfer"]), default="reference")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu")
+@click.option("--plan", "plan_name", type=click.Choice(["fixed", "unpatched"]), default="fixed")
+@click.option("--heads-per-rank", type=int, default=8, show_default=True)
+@click.option("--topk", type=int, default=2048, show_default=True)
+@click.option("--kv-lora-rank", type=int, default=512, show_default=True)
+@click.option("--rope-dim", type=int, default=64, show_default=True)
+@click.option("--interleave", type=int, default=None, help="cp_kv_cache_interleave_size [1].")
+@click.option("--block-size", type=int, default=None, help="KV block size [64].")
+@click.option("--batch", type=int, default=1, show_default=True, help="Decode requests.")
+@click.option("--mtp", type=int, default=None, help="MTP draft tokens per request [0].")
+@click.option("--seq-len", type=int, default=None, help="KV tokens per request (default: plan).")
+@click.option("--max-model-len", default=None)
+@click.option("--max-num-batched-tokens", default=None)
+@click.option("--lse-base", type=click.Choice(["2", "e"]), default="2", show_default=True)
+@click.option("--merge", type=click.Choice(["ag_rs", "a2a", "both"]), default="both")
+@click.option(
+    "--scale-format",
+    type=click.Choice(["arbitrary_fp32", "pow2_fp32"]),
+    default="arbitrary_fp32",
+    show_default=True,
+    help="fp8_ds_mla scales (vLLM: arbitrary for GLM, pow2 for DeepSeek).",
+)
+@click.option("--threshold", type=float, default=None, help="Max abs error to pass.")
+@click.option("--stall-timeout", type=float, default=60.0, show_default=True)
+@click.option("--inject-stall", default=None, metavar="RANK[:PHASE]")
+@click.option("--bundle-dir", type=click.Path(file_okay=False), default=None)
+@click.option("--bundle-deadline", type=float, default=30.0, show_default=True)
+@click.option("--autotune-cache", type=click.Path(dir_okay=False), default=None)
+@click.option("--seed", type=int, default=0, show_default=True)
+@json_option
+@click.argument("serve_args", nargs=-1, type=click.UNPROCESSED)
+def run_cmd(
+    dcp: int | None,
+    backend: str,
+    device: str,
+    plan_name: str,
+    heads_per_rank: int,
+    topk: int,
+    kv_lora_rank: int,
+    rope_dim: int,
+    interleave: int | None,
+    block_size: int | None,
+    batch: int,
+    mtp: int | None,
+    seq_len: int | None,
+    max_model_len: str | None,
+    max_num_batched_tokens: str | None,
+    lse_base: str,
+    merge: str,
+    scale_format: str,
+    threshold: float | None,
+    stall_timeout: float,
+    inject_stall: str | None,
+    bundle_dir: str | None,
+    bundle_deadline: float,
+    autotune_cache: str | None,
+    seed: int,
+    as_json: bool,
+    serve_args: tuple[str, ...],
+) -> int:
+    """Spawn N DCP ranks and run the sparse-MLA decode of the planned warmup step end to end.
+
+    Synthetic fp8_ds_mla KV sharded by DCP ownership, global->local top-k conversion, partial
+    attention with LSE, ag_rs/a2a merge with real collectives, compared with single-rank
+    attention. Exit 0 pass, 1 pass with zero-local-KV ranks, 2 failure or stall.
+    """
+    from sm120kit.report import console, dump_json
+    from sm120kit.warmup.config import RunConfig, parse_inject_stall
+
+    sa = _serve(serve_args)
+    torchrun = _under_torchrun()
+    n = _pick(dcp, sa, "decode_context_parallel_size")
+    if n is None and torchrun:
+        n = int(os.environ["WORLD_SIZE"])
+    if n is None:
+        raise UserError("no DCP size", hint="give --dcp N or the launch line: -- vllm serve ...")
+    cfg = RunConfig(
+        dcp=int(n),
+        backend=backend,
+        device=device,
+        plan=plan_name,
+        heads_per_rank=heads_per_rank,
+        topk=topk,
+        kv_lora_rank=kv_lora_rank,
+        rope_dim=rope_dim,
+        interleave=int(interleave if interleave is not None else (sa.interleave if sa else 1)),
+        block_size=int(_pick(block_size, sa, "block_size", 64)),
+        batch=batch,
+        mtp=int(mtp if mtp is not None else (sa.num_speculative_tokens if sa else 0)),
+        seq_len=seq_len,
+        max_model_len=_pick(_human(max_model_len, "--max-model-len"), sa, "max_model_len"),
+        max_num_batched_tokens=_pick(
+            _human(max_num_batched_tokens, "--max-num-batched-tokens"),
+            sa,
+            "max_num_batched_tokens",
+        ),
+        lse_base=lse_base,
+        merge=merge,
+        scale_format=scale_format,
+        stall_timeout=stall_timeout,
+        inject_stall=parse_inject_stall(inject_stall),
+        bundle_dir=bundle_dir,
+        bundle_deadline=bundle_deadline,
+        autotune_cache=autotune_cache,
+        threshold=threshold,
+        seed=seed,
+    )
+    from sm120kit.warmup import runner
+
+    if torchrun:
+        res = runner.run_under_torchrun(cfg)
+        if res is None:
+            return 0
+    elif not as_json and sys.stderr.isatty():
+        from sm120kit.warmup.render import LiveProgress
+
+        with LiveProgress(cfg.dcp) as live:
+            res = runner.run_warmup(cfg, on_update=live.update, on_log=live.log)
+    else:
+        err = console(stderr=True)
+
+        def log(rank: int, pid: int | None, text: str) -> None:
+            err.print(f"(Warmup_DCP{rank} pid={pid}) {text}", markup=False)
+
+        res = runner.run_warmup(cfg, on_log=log)
+    if as_json:
+        dump_json("warmup run", res.to_dict())
+    else:
+        from sm120kit.warmup.render import render_result
+
+        render_result(res, console())
+    return res.exit_code

@@ -1,0 +1,94 @@
+"""``python -m sm120kit.warmup.launcher SPEC.json``: import torch once, fork the DCP ranks.
+
+Started by the runner in a new session (its own process group), so the runner can end the
+launcher and every rank with one ``killpg``. Importing torch once and forking is ~N times cheaper
+than N fresh interpreters on a small machine; nothing touches CUDA before the fork. The launcher
+exits when every rank has exited (code: the worst rank's), ends the ranks on SIGTERM, and ends
+itself and the ranks if the supervising process disappears.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+import warnings
+from pathlib import Path
+
+from sm120kit.warmup.config import RunConfig
+
+
+def _kill_children(pids: list[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def main(argv: list[str]) -> int:
+    spec = json.loads(Path(argv[0]).read_text())
+    cfg = RunConfig.from_json(spec["config"])
+    world = int(spec["world"])
+    fd = int(spec["fd"])
+    parent = int(spec["parent_pid"])
+    result_dir = Path(spec["result_dir"])
+    init_method = spec["init_method"]
+    try:
+        import setproctitle
+
+        setproctitle.setproctitle("sm120kit::warmup_launcher")
+    except ImportError:
+        pass
+    warnings.filterwarnings("ignore", message=".*NumPy.*")
+    import torch  # noqa: F401  (imported once, inherited by every forked rank)
+    import torch.distributed  # noqa: F401
+
+    from sm120kit.warmup.rank import rank_main
+
+    children: list[int] = []
+    def on_term(*_: object) -> None:
+        _kill_children(children)
+        os._exit(143)
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for r in range(world):
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                code = rank_main(
+                    cfg, r, world, init_method=init_method, fd=fd, result_dir=result_dir,
+                    parent_pid=parent,
+                )  # fmt: skip
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        children.append(pid)
+    os.close(fd)
+    worst = 0
+    alive = set(children)
+    while alive:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if pid:
+            alive.discard(pid)
+            worst = max(worst, os.waitstatus_to_exitcode(status) & 0xFF)
+            continue
+        try:
+            os.kill(parent, 0)
+        except ProcessLookupError:
+            _kill_children(sorted(alive))
+            return 3
+        time.sleep(0.05)
+    return worst
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,548 @@
+"""Supervisor of ``sm120kit warmup run``: start the ranks, watch them, stop them, report.
+
+The supervisor itself never imports torch for a CPU reference run. It starts
+``python -m sm120kit.warmup.launcher`` in a new session, which forks the N ranks; every rank
+writes progress lines to one pipe the supervisor reads. The watchdog:
+
+* progress = any phase start/end, tick or collective entry of any rank (log lines don't count);
+* when no unfinished rank has made progress for ``stall_timeout`` seconds, the run has stalled:
+  the report says, per rank, its phase and whether it sits inside a collective (and which) or
+  stopped outside one (the suspect);
+* a rank error or a rank exiting without a result stops the run at once.
+
+On a stall, with ``bundle_dir`` set and :func:`sm120kit.diag.collect.collect_processes`
+available, the ranks are snapshotted before they are killed. Every exit path (success, failure,
+stall, Ctrl-C, an exception here) kills the launcher's process group and checks that no rank pid
+survives.
+
+Under ``torchrun`` (``RANK``/``WORLD_SIZE`` set) :func:`run_under_torchrun` runs one rank in
+this process, with a watchdog thread over its own progress.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sm120kit.errors import UserError
+from sm120kit.warmup.config import RunConfig
+
+POLL_S = 0.1
+STARTUP_TIMEOUT_S = 120.0
+
+
+@dataclass
+class RankState:
+    rank: int
+    pid: int | None = None
+    phase: str | None = None
+    collective: str | None = None  # inside this collective (entered, not yet left)
+    last_progress: float = field(default_factory=time.monotonic)
+    started: float = field(default_factory=time.monotonic)
+    done: bool = False
+    error: str | None = None
+    result_path: str | None = None
+    phase_times: dict[str, float] = field(default_factory=dict)
+    detail: str | None = None
+
+    def describe(self, now: float) -> str:
+        if self.done:
+            return "finished"
+        if self.error:
+            return f"failed in {self.phase}: {self.error}"
+        if self.pid is None:
+            return "not started"
+        if self.collective:
+            return f"waiting in {self.collective} (phase {self.phase})"
+        return f"in phase {self.phase}, outside any collective"
+
+
+@dataclass
+class StallReport:
+    stall_timeout: float
+    silent_for_s: float
+    suspects: list[int]
+    ranks: list[dict[str, Any]]
+    message: str
+
+
+@dataclass
+class RunResult:
+    status: str  # ok | fail | stall | error
+    exit_code: int
+    message: str
+    config: dict[str, Any]
+    plan: dict[str, Any]
+    passed: bool = False
+    threshold: float = 0.0
+    errors: dict[str, Any] = field(default_factory=dict)
+    ranks: list[dict[str, Any]] = field(default_factory=list)
+    shapes: dict[str, Any] = field(default_factory=dict)
+    zero_local_kv_ranks: list[int] = field(default_factory=list)
+    zero_valid_rows: dict[str, list[int]] = field(default_factory=dict)
+    work_per_rank: list[int] = field(default_factory=list)
+    asymmetric: bool = False
+    timings: dict[str, Any] = field(default_factory=dict)
+    stall: StallReport | None = None
+    bundle: str | None = None
+    bundle_error: str | None = None
+    log_tail: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+Callback = Callable[[list[RankState]], None]
+LogCallback = Callable[[int, int | None, str], None]
+
+
+def _check_devices(cfg: RunConfig) -> dict[str, Any]:
+    """Refuse early (in the supervisor) what the ranks could not run."""
+    if cfg.backend == "flashinfer":
+        from sm120kit.warmup.fi_backend import check_flashinfer_backend
+
+        return asdict(check_flashinfer_backend(cfg.device, cfg.dcp))
+    if cfg.device == "cuda":
+        try:
+            import torch
+        except ImportError:
+            raise UserError("--device cuda needs torch") from None
+        if not torch.cuda.is_available():
+            raise UserError("--device cuda: torch sees no CUDA GPU", hint="use --device cpu")
+        if torch.cuda.device_count() < cfg.dcp:
+            raise UserError(
+                f"--device cuda: {cfg.dcp} NCCL ranks need {cfg.dcp} GPUs, "
+                f"torch sees {torch.cuda.device_count()}",
+                hint="lower --dcp or use --device cpu (gloo)",
+            )
+    return {}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        import psutil
+
+        p = psutil.Process(pid)
+        return p.status() != psutil.STATUS_ZOMBIE
+    except Exception:
+        return False
+
+
+class Supervisor:
+    def __init__(
+        self,
+        cfg: RunConfig,
+        *,
+        on_update: Callback | None = None,
+        on_log: LogCallback | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.on_update = on_update
+        self.on_log = on_log
+        self.states = [RankState(r) for r in range(cfg.dcp)]
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.tmp = Path(tempfile.mkdtemp(prefix="sm120kit-warmup-"))
+        self.read_fd: int | None = None
+        self.buf = b""
+        self.eof = False
+
+    # ------------------------------------------------------------ process control
+    def start(self) -> None:
+        r, w = os.pipe()
+        self.read_fd = r
+        os.set_blocking(r, False)
+        spec = {
+            "config": self.cfg.to_json(),
+            "world": self.cfg.dcp,
+            "fd": w,
+            "parent_pid": os.getpid(),
+            "result_dir": str(self.tmp),
+            "init_method": f"file://{self.tmp / 'store'}",
+        }
+        spec_path = self.tmp / "spec.json"
+        spec_path.write_text(json.dumps(spec))
+        log = open(self.tmp / "ranks.log", "wb")  # noqa: SIM115
+        env = dict(os.environ)
+        env.setdefault("PYTHONWARNINGS", "ignore::UserWarning")
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "sm120kit.warmup.launcher", str(spec_path)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                pass_fds=(w,),
+                start_new_session=True,
+                env=env,
+            )
+        finally:
+            os.close(w)
+            log.close()
+
+    def rank_pids(self) -> list[int]:
+        return [s.pid for s in self.states if s.pid is not None]
+
+    def kill_all(self) -> None:
+        """SIGKILL the launcher's process group, then any rank pid still alive; reap."""
+        if self.proc is not None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for pid in self.rank_pids():
+            if _alive(pid):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        deadline = time.monotonic() + 5
+        while any(_alive(p) for p in self.rank_pids()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def cleanup(self) -> None:
+        self.kill_all()
+        if self.read_fd is not None:
+            try:
+                os.close(self.read_fd)
+            except OSError:
+                pass
+            self.read_fd = None
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    # ------------------------------------------------------------ messages
+    def _read(self, timeout: float) -> list[dict[str, Any]]:
+        assert self.read_fd is not None
+        if self.eof:
+            time.sleep(timeout)
+            return []
+        ready, _, _ = select.select([self.read_fd], [], [], timeout)
+        if not ready:
+            return []
+        while True:
+            try:
+                chunk = os.read(self.read_fd, 65536)
+            except BlockingIOError:
+                break
+            if not chunk:
+                self.eof = True
+                break
+            self.buf += chunk
+        lines = self.buf.split(b"\n")
+        self.buf = lines.pop()
+        msgs = []
+        for line in lines:
+            try:
+                msgs.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+        return msgs
+
+    def _apply(self, m: dict[str, Any]) -> None:
+        st = self.states[int(m["r"])]
+        st.pid = int(m["pid"])
+        kind = m["k"]
+        now = time.monotonic()
+        if kind == "log":
+            if self.on_log:
+                self.on_log(st.rank, st.pid, str(m.get("text", "")))
+            return
+        st.last_progress = now
+        if kind == "start":
+            st.phase = "init"
+        elif kind == "phase":
+            st.phase, st.collective, st.detail = m["phase"], None, None
+        elif kind == "phase_done":
+            st.phase_times[m["phase"]] = float(m["dt"])
+            st.collective = None
+        elif kind == "tick":
+            st.collective, st.detail = None, m.get("detail")
+        elif kind == "coll":
+            st.collective = m["name"]
+        elif kind == "result":
+            st.done, st.collective, st.result_path = True, None, m["path"]
+        elif kind == "error":
+            st.error = str(m.get("error"))
+            st.phase = m.get("phase", st.phase)
+
+    # ------------------------------------------------------------ watchdog
+    def stall_report(self, now: float) -> StallReport:
+        live = [s for s in self.states if not s.done]
+        silent = now - max(s.last_progress for s in live)
+        suspects = [s.rank for s in live if s.collective is None]
+        colls = sorted({s.collective for s in live if s.collective})
+        rows = [
+            {
+                "rank": s.rank,
+                "pid": s.pid,
+                "phase": s.phase,
+                "collective": s.collective,
+                "state": s.describe(now),
+                "silent_for_s": round(now - s.last_progress, 2),
+            }
+            for s in self.states
+        ]
+        if suspects:
+            waiting = [s.rank for s in live if s.collective]
+            parts = [
+                f"rank {r} (pid {self.states[r].pid}) stopped in phase {self.states[r].phase} "
+                "outside any collective"
+                for r in suspects
+            ]
+            if waiting:
+                parts.append(f"ranks {waiting} wait in {', '.join(c or '' for c in colls)}")
+            msg = "; ".join(parts)
+        else:
+            suspects = [s.rank for s in live]
+            msg = f"every unfinished rank waits in a collective: {', '.join(colls)}"
+            if len(colls) > 1:
+                msg += " (ranks disagree on the collective: mismatched control flow)"
+        return StallReport(
+            stall_timeout=self.cfg.stall_timeout,
+            silent_for_s=round(silent, 2),
+            suspects=suspects,
+            ranks=rows,
+            message=f"no progress for {silent:.1f}s: {msg}",
+        )
+
+    def bundle(self, report: StallReport) -> tuple[str | None, str | None]:
+        if not self.cfg.bundle_dir:
+            return None, None
+        try:
+            from sm120kit.diag.collect import collect_processes
+        except ImportError as exc:
+            return None, f"sm120kit.diag.collect unavailable: {exc}"
+        pids = [p for p in self.rank_pids() if _alive(p)]
+        labels = {s.pid: f"Warmup_DCP{s.rank}" for s in self.states if s.pid is not None}
+        out = Path(self.cfg.bundle_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        try:
+            path = collect_processes(
+                pids,
+                out,
+                reason=f"sm120kit warmup stall: {report.message}",
+                deadline_s=self.cfg.bundle_deadline,
+                labels=labels,
+            )
+        except Exception as exc:  # never lose the stall report over the bundle
+            return None, f"{type(exc).__name__}: {exc}"
+        return str(path), None
+
+    def log_tail(self, n: int = 4000) -> str:
+        try:
+            return (self.tmp / "ranks.log").read_text(errors="replace")[-n:]
+        except OSError:
+            return ""
+
+    # ------------------------------------------------------------ main loop
+    def run(self) -> tuple[str, Any]:
+        """Returns ``("ok", results)``, ``("error", (rank, msg))`` or ``("stall", report)``."""
+        self.start()
+        assert self.proc is not None
+        while True:
+            for m in self._read(POLL_S):
+                self._apply(m)
+            now = time.monotonic()
+            if self.on_update:
+                self.on_update(self.states)
+            for s in self.states:
+                if s.error:
+                    return "error", (s.rank, f"rank {s.rank} failed in phase {s.phase}: {s.error}")
+            if all(s.done for s in self.states):
+                results = [json.loads(Path(s.result_path or "").read_text()) for s in self.states]
+                return "ok", results
+            if self.eof or self.proc.poll() is not None:
+                # drain what is left, then decide
+                for m in self._read(0.2):
+                    self._apply(m)
+                if all(s.done for s in self.states):
+                    continue
+                missing = [s for s in self.states if not s.done]
+                if any(s.error for s in missing):
+                    continue
+                s = missing[0]
+                why = "never started" if s.pid is None else f"exited in phase {s.phase}"
+                return "error", (
+                    s.rank,
+                    f"rank {s.rank} {why} without a result (launcher exit {self.proc.poll()})",
+                )
+            live = [s for s in self.states if not s.done]
+            if live and all(now - s.last_progress > self._limit(s) for s in live):
+                return "stall", self.stall_report(now)
+
+    def _limit(self, s: RankState) -> float:
+        """Silence allowed: ``stall_timeout``; before a rank's first message (interpreter and
+        torch start-up) at least ``STARTUP_TIMEOUT_S``."""
+        if s.pid is None:
+            return max(self.cfg.stall_timeout, STARTUP_TIMEOUT_S)
+        return self.cfg.stall_timeout
+
+
+def _summarize(cfg: RunConfig, results: list[dict[str, Any]], wall: float) -> RunResult:
+    wp = cfg.warmup_plan()
+    threshold = cfg.pass_threshold
+    errors: dict[str, Any] = {}
+    for name in cfg.merges:
+        per = [r["errors"][name] for r in results]
+        errors[name] = {
+            "max_abs": max(e["max_abs"] for e in per),
+            "max_rel": max(e["max_rel"] for e in per),
+            "lse_max_abs": max(e["lse_max_abs"] for e in per),
+            "empty_rows_match": all(e["empty_rows_match"] for e in per),
+        }
+    passed = all(e["max_abs"] <= threshold and e["empty_rows_match"] for e in errors.values())
+    zero_local = [r["rank"] for r in results if any(x == 0 for x in r["local_kv_tokens"])]
+    zero_rows = {
+        str(r["rank"]): [t for t, c in enumerate(r["valid_counts"]) if c == 0] for r in results
+    }
+    zero_rows = {k: v for k, v in zero_rows.items() if v}
+    work = [int(sum(r["valid_counts"])) for r in results]
+    phases = ("init", "kv-build", "convert", "attend", "merge", "verify")
+    ph_max = {p: max(r["timings"].get(p, 0.0) for r in results) for p in phases}
+    for name in cfg.merges:
+        ph_max[f"merge_{name}"] = max(r["timings"].get(f"merge_{name}", 0.0) for r in results)
+    attend = ph_max["attend"] or 1e-9
+    timings = {
+        "wall_s": round(wall, 3),
+        "phase_max_s": ph_max,
+        "merge_over_attend": {n: ph_max[f"merge_{n}"] / attend for n in cfg.merges},
+    }
+    notes = [n for n in wp.notes if cfg.plan == "unpatched" or not n.startswith("unpatched")]
+    if cfg.seq_len is not None:
+        notes = [f"--seq-len {cfg.seq_len} overrides the planned prompt length"]
+    asym = len(set(work)) > 1
+    if zero_local:
+        notes.append(f"ranks {zero_local} hold no local KV for the decode request")
+    if asym:
+        notes.append(f"rank-asymmetric work: selected local slots per rank {work}")
+    status = "ok" if passed else "fail"
+    if not passed:
+        code = 2
+        msg = f"merged output differs from single-rank attention by more than {threshold:g}"
+    elif zero_local:
+        code = 1
+        msg = f"correct, but ranks {zero_local} hold no local KV ({cfg.plan} plan)"
+    else:
+        code = 0
+        msg = "merged DCP output matches single-rank attention"
+    return RunResult(
+        status=status,
+        exit_code=code,
+        message=msg,
+        config=cfg.to_dict(),
+        plan=wp.to_dict(),
+        passed=passed,
+        threshold=threshold,
+        errors=errors,
+        ranks=[{k: v for k, v in r.items() if k != "shapes"} for r in results],
+        shapes=results[0]["shapes"],
+        zero_local_kv_ranks=zero_local,
+        zero_valid_rows=zero_rows,
+        work_per_rank=work,
+        asymmetric=asym,
+        timings=timings,
+        notes=notes,
+    )
+
+
+def run_warmup(
+    cfg: RunConfig,
+    *,
+    on_update: Callback | None = None,
+    on_log: LogCallback | None = None,
+) -> RunResult:
+    """Run the multi-rank warmup and return the result (never leaves a process behind)."""
+    cfg.validate()
+    _check_devices(cfg)
+    sup = Supervisor(cfg, on_update=on_update, on_log=on_log)
+    t0 = time.monotonic()
+    try:
+        kind, payload = sup.run()
+        wall = time.monotonic() - t0
+        if kind == "ok":
+            return _summarize(cfg, payload, wall)
+        base = RunResult(
+            status=kind,
+            exit_code=2,
+            message="",
+            config=cfg.to_dict(),
+            plan=cfg.warmup_plan().to_dict(),
+            threshold=cfg.pass_threshold,
+            timings={"wall_s": round(wall, 3)},
+        )
+        if kind == "stall":
+            base.stall = payload
+            base.message = payload.message
+            base.bundle, base.bundle_error = sup.bundle(payload)
+        else:
+            base.message = payload[1]
+        base.log_tail = sup.log_tail()
+        return base
+    finally:
+        sup.cleanup()
+
+
+def run_under_torchrun(cfg: RunConfig, *, on_log: LogCallback | None = None) -> RunResult | None:
+    """One rank per process under torchrun (``env://``); rank 0 returns the summary, others None.
+
+    A watchdog thread ends this process with exit code 2 when the rank makes no progress for
+    ``stall_timeout`` seconds, after printing its phase and collective.
+    """
+    import torch.distributed as dist
+
+    from sm120kit.warmup.rank import RankRun, Reporter, log_prefix
+
+    cfg.validate()
+    rank = int(os.environ["RANK"])
+    world = int(os.environ["WORLD_SIZE"])
+    if world != cfg.dcp:
+        raise UserError(
+            f"torchrun WORLD_SIZE {world} != --dcp {cfg.dcp}", hint="start --nproc-per-node=DCP"
+        )
+    if cfg.device == "cuda" and "LOCAL_RANK" in os.environ:
+        import torch
+
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    rep = Reporter(rank, None)
+    run = RankRun(cfg, rank, world, rep)
+
+    def watchdog() -> None:
+        while True:
+            time.sleep(POLL_S)
+            if time.monotonic() - rep.last_progress > cfg.stall_timeout:
+                where = (
+                    f"waiting in {rep.collective}" if rep.collective else "outside any collective"
+                )
+                print(
+                    f"{log_prefix(rank)} stall: no progress for {cfg.stall_timeout:g}s in phase "
+                    f"{run.phase}, {where}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                os._exit(2)
+
+    threading.Thread(target=watchdog, name="warmup-watchdog", daemon=True).start()
+    t0 = time.monotonic()
+    res = run.run("env://")
+    gathered: list[Any] = [None] * world
+    dist.all_gather_object(gathered, res)
+    dist.destroy_process_group()
+    if rank != 0:
+        return None
+    return _summarize(cfg, gathered, time.monotonic() - t0)
