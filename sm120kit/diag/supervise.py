@@ -249,7 +249,7 @@ class _CappedFile:
         self.path = path
         self.cap = cap
         self.redactor = redactor
-        self.f: IO[bytes] | None = open(path, "ab")
+        self.f: IO[bytes] | None = open(path, "ab", buffering=0)  # readable live
         self.written = 0
         self.dropped = 0
 
@@ -392,7 +392,8 @@ class Supervisor:
         for p in tree(self.proc.pid):
             if p.pid not in self.known or abs(self.known[p.pid].create_time - p.create_time) > 0.05:
                 self.known[p.pid] = p
-            else:
+            elif p.cmdline and p.status != "zombie":
+                # titles change after start (setproctitle); an exiting process has no cmdline
                 self.known[p.pid].label = p.label
                 self.known[p.pid].role = p.role
                 self.known[p.pid].rank = p.rank
@@ -554,6 +555,10 @@ class Supervisor:
                         else:
                             outcome, kind = "crashed", "exit"
                             reason = f"the command exited with code {rc}"
+                            if self.deaths:
+                                d = self.deaths[0]
+                                reason += (f"; first gone: {d['label']} (pid {d['pid']}) at "
+                                           f"+{d['t']:.1f}s")
                         break
                     mono = time.monotonic()
                     if mono - last_scan > 1.0:

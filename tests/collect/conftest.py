@@ -1,13 +1,10 @@
-"""Fixtures for the collect tests: a real multi-process gloo job (``gloo_job.py``) and helpers
-to wait for its ranks and to assert that nothing we started is left running."""
+"""Fixtures for the collect tests: a real multi-process gloo job (``gloo_job.py``)."""
 
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
-import tarfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,49 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-HERE = Path(__file__).resolve().parent
-GLOO_JOB = HERE / "gloo_job.py"
-
-
-def wait_for_ranks(root_pid: int, n: int, title: str = "VLLM::Worker_TP", timeout: float = 90.0,
-                   line_file: Path | None = None) -> list[psutil.Process]:
-    """Wait until ``n`` rank processes titled ``title<r>`` exist under root (and, when given,
-    every rank logged 'entering all_reduce' / 'skipping' to ``line_file``)."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        try:
-            kids = psutil.Process(root_pid).children(recursive=True)
-        except psutil.NoSuchProcess:
-            kids = []
-        ranks = []
-        for k in kids:
-            try:
-                if " ".join(k.cmdline()).startswith(title):
-                    ranks.append(k)
-            except psutil.Error:
-                pass
-        if len(ranks) == n:
-            if line_file is None:
-                return ranks
-            try:
-                txt = line_file.read_text()
-            except OSError:
-                txt = ""
-            if txt.count("entering all_reduce") + txt.count("skipping the next") >= n:
-                return ranks
-        time.sleep(0.2)
-    raise AssertionError(f"{n} ranks titled {title!r} did not appear in {timeout}s")
-
-
-def kill_group(p: subprocess.Popen[bytes]) -> None:
-    try:
-        os.killpg(p.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    try:
-        p.wait(10)
-    except subprocess.TimeoutExpired:
-        pass
+from tests.collect.helpers import GLOO_JOB, kill_group, wait_for_ranks
 
 
 @pytest.fixture()
@@ -79,14 +34,3 @@ def gloo_stall(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], list[p
         yield p, ranks, log
     finally:
         kill_group(p)
-
-
-def read_tarball(tb: Path) -> dict[str, bytes]:
-    out: dict[str, bytes] = {}
-    with tarfile.open(tb) as tf:
-        for m in tf.getmembers():
-            if m.isfile():
-                f = tf.extractfile(m)
-                assert f is not None
-                out[m.name.split("/", 1)[1]] = f.read()
-    return out

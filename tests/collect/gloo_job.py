@@ -7,7 +7,8 @@ TCPStore and run real gloo all_reduces:
 * ``stall``: rank R never enters the next all_reduce (it sleeps in ``skip_collective_forever``);
   the other ranks block inside ``dist.all_reduce`` (gloo ``Work::wait``).
 * ``crash``: rank R raises a RuntimeError with a traceback after a few collectives and exits 1;
-  the others block in the next all_reduce.
+  the others (after ``--survivor-delay`` s in ``busy_elsewhere``) enter the next all_reduce,
+  where gloo fails them with "Connection closed by peer".
 * ``healthy``: every rank runs ``--steps`` all_reduces and exits 0.
 * ``watchdog``: like stall, and rank 0 prints a torch NCCL watchdog timeout line (the text of a
   real one) and keeps waiting.
@@ -40,6 +41,10 @@ def log(rank: int, title: str, msg: str) -> None:
 def skip_collective_forever(rank: int) -> None:
     while True:
         time.sleep(0.2)
+
+
+def busy_elsewhere(seconds: float) -> None:
+    time.sleep(seconds)
 
 
 def fr_dump_later(rank: int, after: float) -> None:
@@ -93,6 +98,9 @@ def rank_main(a: argparse.Namespace) -> int:
             raise RuntimeError(f"rank {a.rank}: simulated failure in warmup")
         log(a.rank, a.title, "skipping the next collective")
         skip_collective_forever(a.rank)
+    if a.mode == "crash" and a.survivor_delay:
+        log(a.rank, a.title, f"busy for {a.survivor_delay}s before the next collective")
+        busy_elsewhere(a.survivor_delay)
     if a.mode == "watchdog" and a.rank == 0:
         print(
             "[rank0]:[E1202 17:31:22.267261276 ProcessGroupNCCL.cpp:607] [Rank 0] Watchdog caught "
@@ -113,6 +121,10 @@ def free_port() -> int:
 
 
 def launcher(a: argparse.Namespace) -> int:
+    if a.launcher_title:
+        import setproctitle
+
+        setproctitle.setproctitle(a.launcher_title)
     port = free_port()
     procs = []
     for r in range(a.world):
@@ -135,6 +147,9 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=300.0)
     ap.add_argument("--title", default="VLLM::Worker_TP")
     ap.add_argument("--fr-dump-after", type=float, default=1.0)
+    ap.add_argument("--survivor-delay", type=float, default=0.0,
+                    help="crash mode: the other ranks sleep this long before the next collective")
+    ap.add_argument("--launcher-title", default=None, help="setproctitle of the launcher")
     ap.add_argument("--rank", type=int, default=None)
     ap.add_argument("--port", type=int, default=None)
     ap.add_argument("--api-key", default=None, help="ignored; lets tests plant a secret in argv")
