@@ -41,7 +41,7 @@ def doctor_cmd(tier: int, deep: bool, layout: bool, only: tuple[str, ...],
     if as_json:
         from sm120kit.report import dump_json
 
-        dump_json("doctor", report)
+        dump_json("doctor", report.to_dict())
     elif as_md:
         from sm120kit.doctor.render import render_markdown
 

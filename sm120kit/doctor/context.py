@@ -87,7 +87,7 @@ class Context:
         from sm120kit.facts import cuda
 
         def read() -> dict[str, Any]:
-            path = cuda.find_nvcc(self.environ)
+            path = cuda.find_nvcc(self.environ, self.root)
             return {"path": path, "version": cuda.nvcc_version(path) if path else None}
 
         return self.cached("nvcc", read)

@@ -33,8 +33,9 @@ def torch_build(paths: Sequence[str] | None = None) -> dict[str, Any] | None:
             "readable": True}
 
 
-def find_nvcc(environ: Mapping[str, str] | None = None) -> str | None:
-    """nvcc the way FlashInfer's JIT finds it: CUDA_HOME / CUDA_PATH, PATH, /usr/local/cuda."""
+def find_nvcc(environ: Mapping[str, str] | None = None, root: str = "/") -> str | None:
+    """nvcc the way FlashInfer's JIT finds it: CUDA_HOME / CUDA_PATH, PATH, /usr/local/cuda
+    (under ``root``)."""
     env = os.environ if environ is None else environ
     for var in ("CUDA_HOME", "CUDA_PATH"):
         if env.get(var):
@@ -44,7 +45,7 @@ def find_nvcc(environ: Mapping[str, str] | None = None) -> str | None:
     w = shutil.which("nvcc", path=env.get("PATH"))
     if w:
         return w
-    cand = Path("/usr/local/cuda/bin/nvcc")
+    cand = Path(root) / "usr/local/cuda/bin/nvcc"
     return str(cand) if cand.exists() else None
 
 

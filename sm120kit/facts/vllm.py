@@ -71,12 +71,16 @@ def inspect(paths: Sequence[str] | None = None, *, series_root: Path | None = No
         info.passes_return_lse = "return_lse=" in src and "return_lse=False" not in src
     reg = read_text(root / REGISTRY_FILE) or ""
     info.has_dsv4_backend = "FLASHINFER_MLA_SPARSE_DSV4" in reg
-    info.series = series_state(root, series_root)
+    info.series = series_state(root, series_root, version=info.version)
     return info
 
 
-def series_state(root: Path, series_root: Path | None = None) -> dict[str, Any]:
-    """Which variant of our series has every applied marker present under ``root``."""
+def series_state(root: Path, series_root: Path | None = None, *,
+                 version: str | None = None) -> dict[str, Any]:
+    """Which variant of our series has every applied marker present under ``root``.
+
+    Variants share marker texts, so the variant listing ``version`` among its releases wins.
+    """
     from sm120kit.errors import UserError
     from sm120kit.patchset.manifest import load_series
 
@@ -86,11 +90,16 @@ def series_state(root: Path, series_root: Path | None = None) -> dict[str, Any]:
         return {"manifest": None, "error": exc.message, "applied_variant": None, "variants": {}}
     variants: dict[str, Any] = {}
     applied: str | None = None
+    complete: list[str] = []
     for name, var in series.variants.items():
         marks = [m for p in var.patches for m in p.applied_markers]
         present = [m.present_in(root) for m in marks]
-        variants[name] = {"markers": len(marks), "present": sum(present)}
-        if marks and all(present) and applied is None:
-            applied = name
+        variants[name] = {"markers": len(marks), "present": sum(present),
+                          "releases": list(var.releases)}
+        if marks and all(present):
+            complete.append(name)
+    if complete:
+        mine = [n for n in complete if version and version in series.variants[n].releases]
+        applied = (mine or complete)[0]
     return {"manifest": str(series.root), "series": series.id, "applied_variant": applied,
             "variants": variants, "error": None}
