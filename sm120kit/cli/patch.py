@@ -23,13 +23,23 @@ repo_option = click.option(
 )
 
 
+def _console() -> Any:
+    """Rich console; piped output gets 160 columns (rich's 80-column fallback cuts paths)."""
+    from sm120kit.report import console
+
+    c = console()
+    if not c.is_terminal:
+        c.width = max(c.width, 160)
+    return c
+
+
 def _emit(command: str, result: Any, as_json: bool) -> int:
-    from sm120kit.report import console, dump_json
+    from sm120kit.report import dump_json
 
     if as_json:
         dump_json(command, result.to_dict())
     else:
-        result.render(console())
+        result.render(_console())
     return int(result.exit_code)
 
 
@@ -111,8 +121,6 @@ def apply_cmd(
     state_dir: Path | None, from_alias: str | None, port: bool | None, as_json: bool,
 ) -> int:
     """Apply the DCP series atomically: on a branch of a git checkout, or to a fresh release tree."""
-    from sm120kit.report import console
-
     if installed:
         fn = _optional("sm120kit.patchset.installed", "apply_installed", "--installed")
         res = fn(alias=alias, python=python, state_dir=state_dir, dry_run=dry_run)
@@ -150,10 +158,7 @@ def apply_cmd(
             series, alias, root, base=base, into=into, checkout=checkout, dry_run=dry_run,
             from_alias=from_alias, port=port,
         )
-    if as_json:
-        return _emit("apply", res, True)
-    res.render(console())
-    return int(res.exit_code)
+    return _emit("apply", res, as_json)
 
 
 @click.command("status")

@@ -75,15 +75,12 @@ class ApplyResult:
         return d
 
     def render(self, console: Any) -> None:
-        from rich.table import Table
-
+        from sm120kit.patchset.render import new_table
         from sm120kit.report import styled
 
-        table = Table(title=f"sm120kit apply {self.alias} (variant {self.variant})", show_lines=False)
-        table.add_column("#", justify="right")
-        table.add_column("patch")
-        table.add_column("subject")
-        table.add_column("result")
+        table = new_table(
+            f"sm120kit apply {self.alias} (variant {self.variant})", "#", "patch", "subject", "result"
+        )
         for i, p in enumerate(self.patches, 1):
             st = {"already-applied": "applied", "would-apply": "not-applied"}.get(p.state, p.state)
             table.add_row(str(i), p.file, p.subject, styled(st) if st != p.state else styled(p.state))

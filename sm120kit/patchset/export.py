@@ -36,10 +36,9 @@ class ExportResult:
         return d
 
     def render(self, console: Any) -> None:
-        from rich.table import Table
+        from sm120kit.patchset.render import new_table
 
-        t = Table(title=f"exported {self.alias} (variant {self.variant}) to {self.directory}")
-        t.add_column("file")
+        t = new_table(f"exported {self.alias} (variant {self.variant}) to {self.directory}", "file")
         for f in self.files:
             t.add_row(f)
         console.print(t)

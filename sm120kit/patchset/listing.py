@@ -26,11 +26,12 @@ class TargetsResult:
         return d
 
     def render(self, console: Any) -> None:
-        from rich.table import Table
+        from sm120kit.patchset.render import new_table
 
-        t = Table(title=f"{self.series}: supported targets")
-        for col in ("alias", "release", "base ref", "variant", "patches", "status", "how verified / why"):
-            t.add_column(col)
+        t = new_table(
+            f"{self.series}: supported targets",
+            "alias", "release", "base ref", "variant", "patches", "status", "how verified / why",
+        )
         for r in self.targets:
             style = _TARGET_STYLE.get(r.status, "")
             why = r.verified if r.status == "verified" else (r.reason or r.verified or "")
@@ -77,17 +78,14 @@ class SeriesResult:
         return d
 
     def render(self, console: Any) -> None:
-        from rich.table import Table
+        from sm120kit.patchset.render import new_table
 
         for v in self.variants:
-            t = Table(
-                title=f"variant {v.name} · made on {v.base_release} · releases "
-                f"{', '.join(v.releases)} · aliases {', '.join(v.aliases) or '-'}"
+            t = new_table(
+                f"variant {v.name} · made on {v.base_release} · releases "
+                f"{', '.join(v.releases)} · aliases {', '.join(v.aliases) or '-'}",
+                "#", "patch", "subject", "files",
             )
-            t.add_column("#", justify="right")
-            t.add_column("patch")
-            t.add_column("subject")
-            t.add_column("files")
             for p in v.patches:
                 t.add_row(str(p.number), p.file, p.subject, "\n".join(p.files))
             console.print(t)

@@ -1,22 +1,29 @@
 """``sm120kit status``: per patch applied / not-applied / upstream / conflict on the current tree.
 
 *applied* and *upstream* come from the manifest's markers in the working tree files. For the rest,
-``git apply --check`` decides: a patch is *not-applied* when it (stacked on the earlier not-applied
-patches that apply) would apply to the working tree now, else *conflict* with the file and hunk.
-Only reads: nothing in the checkout changes.
+``git apply --check`` decides: a patch is *not-applied* when it would apply to the working tree
+now (after the earlier not-applied patches that apply, tried on a scratch copy of the touched
+files), else *conflict* with the file and hunk. Only reads: nothing in the checkout changes.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+import shutil
+import tempfile
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from sm120kit.errors import ExitCode
 from sm120kit.patchset.gitcmd import rev_parse, run_git
 from sm120kit.patchset.manifest import Series
-from sm120kit.patchset.markers import marker_files, read_worktree, variant_marker_states
+from sm120kit.patchset.markers import (
+    marker_files,
+    read_revisions,
+    read_worktree,
+    variant_marker_states,
+)
 from sm120kit.patchset.targets import select
 
 _FAILED_RE = re.compile(r"^error: patch failed: (.+):(\d+)$", re.M)
@@ -70,16 +77,13 @@ class StatusResult:
         return d
 
     def render(self, console: Any) -> None:
-        from rich.table import Table
-
+        from sm120kit.patchset.render import new_table
         from sm120kit.report import styled
 
         where = f"{self.repo}" + (f" ({self.branch})" if self.branch else "")
-        table = Table(title=f"{self.alias} · variant {self.variant} · {where}")
-        table.add_column("#", justify="right")
-        table.add_column("patch")
-        table.add_column("state")
-        table.add_column("detail")
+        table = new_table(
+            f"{self.alias} · variant {self.variant} · {where}", "#", "patch", "state", "detail"
+        )
         for i, p in enumerate(self.patches, 1):
             table.add_row(str(i), f"{p.file}\n[dim]{p.subject}[/dim]", styled(p.state), p.detail)
         console.print(table)
@@ -102,24 +106,54 @@ def repo_status(series: Series, alias: str, repo: Path) -> StatusResult:
     target, variant = select(series, alias)
     variant.check_checksums()
     repo = Path(repo)
-    contents = read_worktree(repo, marker_files(variant))
-    states = variant_marker_states(variant, contents)
-    results: list[PatchStatus] = []
-    stack: list[str] = []  # not-applied patches that apply, in order
-    for st in states:
-        p = st.patch
-        missing = [f"{m.file}: {m.text}" for m in st.missing]
-        if st.applied or st.upstream:
-            results.append(PatchStatus(p.file, p.subject, st.state))
-            continue
-        path = variant.patch_path(p)
-        proc = run_git(["apply", "--check", *stack, str(path)], repo, check=False)
-        if proc.returncode == 0:
-            stack.append(str(path))
-            results.append(PatchStatus(p.file, p.subject, "not-applied", "applies cleanly", missing))
-        else:
-            results.append(
-                PatchStatus(p.file, p.subject, "conflict", _check_detail(proc.stderr, path), missing)
+    files = marker_files(variant)
+    states = variant_marker_states(variant, read_worktree(repo, files))
+    if any(s.upstream for s in states):
+        # the patched code may itself contain upstream's markers: "upstream" only when the base has
+        # them too (when the base ref is here; without it the working tree has to do)
+        base_commit = rev_parse(repo, target.base_ref) if target.base_ref else None
+        if base_commit:
+            base_states = variant_marker_states(
+                variant, read_revisions(repo, [base_commit], files)[base_commit]
             )
+            states = [
+                replace(s, upstream=False) if s.upstream and not b.upstream else s
+                for s, b in zip(states, base_states, strict=True)
+            ]
+    results: list[PatchStatus] = []
+    # The not-applied patches are tried in order on a scratch copy of the touched files (outside
+    # any repository), so patch N is judged on the tree as patches 1..N-1 would leave it.
+    with tempfile.TemporaryDirectory(prefix="sm120kit-status-") as td:
+        scratch = Path(td) / "tree"
+        env = {"GIT_CEILING_DIRECTORIES": td}
+        copied = False
+        for st in states:
+            p = st.patch
+            missing = [f"{m.file}: {m.text}" for m in st.missing]
+            if st.applied or st.upstream:
+                results.append(PatchStatus(p.file, p.subject, st.state))
+                continue
+            if not copied:
+                _copy_files(repo, scratch, variant.touched_files())
+                copied = True
+            path = str(variant.patch_path(p))
+            proc = run_git(["apply", "--check", path], scratch, check=False, env=env)
+            if proc.returncode == 0:
+                run_git(["apply", path], scratch, check=False, env=env)
+                results.append(PatchStatus(p.file, p.subject, "not-applied", "applies cleanly", missing))
+            else:
+                results.append(PatchStatus(
+                    p.file, p.subject, "conflict", _check_detail(proc.stderr, Path(path)), missing
+                ))
     branch = run_git(["symbolic-ref", "--quiet", "--short", "HEAD"], repo, check=False).stdout.strip()
     return StatusResult(alias, variant.name, str(repo), rev_parse(repo, "HEAD"), branch or None, results)
+
+
+def _copy_files(repo: Path, dest: Path, files: list[str]) -> None:
+    dest.mkdir(parents=True, exist_ok=True)
+    for rel in files:
+        src = repo / rel
+        if src.is_file():
+            out = dest / rel
+            out.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, out)

@@ -66,23 +66,18 @@ class VerifyResult:
         return d
 
     def render(self, console: Any) -> None:
-        from rich.table import Table
-
+        from sm120kit.patchset.render import new_table
         from sm120kit.report import styled
 
-        t = Table(title=f"verify {self.alias} · {self.repo} against {self.base}")
-        t.add_column("file")
-        t.add_column("status")
-        t.add_column("compiles")
-        t.add_column("new pyflakes findings")
+        t = new_table(
+            f"verify {self.alias} · {self.repo} against {self.base}",
+            "file", "status", "compiles", "new pyflakes findings",
+        )
         for f in self.files:
             t.add_row(f.file, styled(f.status), "yes" if f.compiles else "[red]no[/red]",
                       f.error or "\n".join(f.new_messages) or "-")
         console.print(t)
-        m = Table(title="applied markers")
-        m.add_column("patch")
-        m.add_column("status")
-        m.add_column("missing")
+        m = new_table("applied markers", "patch", "status", "missing")
         for mc in self.markers:
             m.add_row(mc.patch, styled(mc.status), "\n".join(mc.missing) or "-")
         console.print(m)
@@ -134,7 +129,8 @@ def verify_tree(series: Series, alias: str, repo: Path, base: str | None = None)
     repo = Path(repo)
     base_ref = base or target.base_ref
     touched = variant.touched_files()
-    base_src = _base_blobs(repo, base_ref, touched)
+    mfiles = marker_files(variant)
+    base_src = _base_blobs(repo, base_ref, list(dict.fromkeys([*touched, *mfiles])))
     checks: list[FileCheck] = []
     for rel in touched:
         path = repo / rel
@@ -157,12 +153,14 @@ def verify_tree(series: Series, alias: str, repo: Path, base: str | None = None)
         new = pyflakes_messages(src, rel) - pyflakes_messages(base_src.get(rel) or "", rel)
         msgs = sorted(new.elements())
         checks.append(FileCheck(rel, "fail" if msgs else "ok", True, msgs))
-    states = variant_marker_states(variant, read_worktree(repo, marker_files(variant)))
+    states = variant_marker_states(variant, read_worktree(repo, mfiles))
+    # "upstream" is judged on the base: the patched code itself may contain upstream's markers
+    upstream = {s.patch.file for s in variant_marker_states(variant, base_src) if s.upstream}
     markers = [
         MarkerCheck(
             s.patch.file,
-            "skip" if s.upstream else ("ok" if s.applied else "fail"),
-            [f"{m.file}: {m.text}" for m in s.missing] if not s.upstream else [],
+            "skip" if s.patch.file in upstream and not s.applied else ("ok" if s.applied else "fail"),
+            [f"{m.file}: {m.text}" for m in s.missing] if s.patch.file not in upstream else [],
         )
         for s in states
     ]

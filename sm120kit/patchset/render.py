@@ -1,0 +1,21 @@
+"""Rich tables for the patch commands: long paths and patch names fold instead of being cut."""
+
+from __future__ import annotations
+
+from typing import Any
+
+# short columns keep their width when the table shrinks (a status cut in two is unreadable)
+_MIN_WIDTH = {"#": 2, "state": 11, "status": 11, "result": 11, "release": 7, "patches": 7,
+              "compiles": 8}
+
+
+def new_table(title: str, *columns: str) -> Any:
+    from rich.table import Table
+
+    t = Table(title=title, title_justify="left")
+    for c in columns:
+        t.add_column(
+            c, overflow="fold", min_width=_MIN_WIDTH.get(c),
+            justify="right" if c == "#" else "left",
+        )
+    return t
