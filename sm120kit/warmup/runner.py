@@ -98,6 +98,7 @@ class RunResult:
     stall: StallReport | None = None
     bundle: str | None = None
     bundle_error: str | None = None
+    launcher_pid: int | None = None
     log_tail: str | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -475,8 +476,11 @@ def run_warmup(
     try:
         kind, payload = sup.run()
         wall = time.monotonic() - t0
+        launcher = sup.proc.pid if sup.proc is not None else None
         if kind == "ok":
-            return _summarize(cfg, payload, wall)
+            done = _summarize(cfg, payload, wall)
+            done.launcher_pid = launcher
+            return done
         base = RunResult(
             status=kind,
             exit_code=2,
@@ -485,6 +489,7 @@ def run_warmup(
             plan=cfg.warmup_plan().to_dict(),
             threshold=cfg.pass_threshold,
             timings={"wall_s": round(wall, 3)},
+            launcher_pid=launcher,
         )
         if kind == "stall":
             base.stall = payload
@@ -540,9 +545,28 @@ def run_under_torchrun(cfg: RunConfig, *, on_log: LogCallback | None = None) -> 
     threading.Thread(target=watchdog, name="warmup-watchdog", daemon=True).start()
     t0 = time.monotonic()
     res = run.run("env://")
-    gathered: list[Any] = [None] * world
-    dist.all_gather_object(gathered, res)
+    gathered = _gather_json(res, world, run.device)
     dist.destroy_process_group()
     if rank != 0:
         return None
     return _summarize(cfg, gathered, time.monotonic() - t0)
+
+
+def _gather_json(obj: Any, world: int, device: Any) -> list[Any]:
+    """``all_gather_object`` without numpy: JSON bytes in a padded uint8 tensor."""
+    import torch
+    import torch.distributed as dist
+
+    data = torch.tensor(list(json.dumps(obj).encode()), dtype=torch.uint8, device=device)
+    size = torch.tensor([data.numel()], dtype=torch.int64, device=device)
+    sizes = [torch.zeros_like(size) for _ in range(world)]
+    dist.all_gather(sizes, size)
+    width = int(max(int(x) for x in sizes))
+    padded = torch.zeros(width, dtype=torch.uint8, device=device)
+    padded[: data.numel()] = data
+    bufs = [torch.zeros_like(padded) for _ in range(world)]
+    dist.all_gather(bufs, padded)
+    return [
+        json.loads(bytes(b[: int(n)].cpu().tolist()).decode())
+        for b, n in zip(bufs, sizes, strict=True)
+    ]
