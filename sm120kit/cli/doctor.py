@@ -17,12 +17,14 @@ import click
 @click.option("--config", "config_path", type=click.Path(dir_okay=True), default=None,
               help="A model config.json (or its directory) or a vllm serve options file.")
 @click.option("--dcp", "dcp", type=int, default=None, help="Planned DCP size (overrides argv).")
+@click.option("--tp", "tp", type=int, default=None,
+              help="Planned TP size with --config (default: argv, else = --dcp).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--markdown", "as_md", is_flag=True, help="Print the report as Markdown.")
 @click.option("--root", default="/", hidden=True, help="Root of procfs/sysfs (tests).")
 @click.argument("launch", nargs=-1, type=click.UNPROCESSED)
 def doctor_cmd(tier: int, deep: bool, layout: bool, only: tuple[str, ...],
-               config_path: str | None, dcp: int | None, as_json: bool, as_md: bool, root: str,
+               config_path: str | None, dcp: int | None, tp: int | None, as_json: bool, as_md: bool, root: str,
                launch: tuple[str, ...]) -> int:
     """Judge FlashInfer, SM120 GPUs, the planned launch and the host before a DCP start.
 
@@ -36,7 +38,8 @@ def doctor_cmd(tier: int, deep: bool, layout: bool, only: tuple[str, ...],
         raise click.UsageError("--json and --markdown are exclusive")
     top = 2 if deep else tier
     report = run_doctor(tiers=tuple(range(top + 1)), launch_argv=list(launch) or None,
-                        config_path=config_path, dcp_planned=dcp, layout=layout,
+                        config_path=config_path, dcp_planned=dcp, tp_planned=tp,
+                        layout=layout,
                         only=list(only) or None, root=root)
     if as_json:
         from sm120kit.report import dump_json

@@ -98,12 +98,17 @@ class Context:
         return self.cached("nvml", lambda: nvml.snapshot(self.nvml_timeout, seam=self.nvml_seam,
                                                          environ=self.environ))
 
+    def peek(self, key: str) -> Any:
+        """A fact already read (e.g. the NVML snapshot), else ``None``; never reads it."""
+        with self._guard:
+            return self._cache.get(key)
+
     def gpu_bus_ids(self) -> list[str]:
         """NVML bus ids of the visible GPUs when NVML answered, else NVIDIA devices in sysfs."""
         from sm120kit.facts import host
 
         def read() -> list[str]:
-            snap = self._cache.get("nvml")
+            snap = self.peek("nvml")
             if snap is not None and snap.available and snap.gpus:
                 return [g.pci_bus_id for g in snap.gpus if g.pci_bus_id]
             return host.nvidia_pci_devices(self.root)

@@ -78,6 +78,8 @@ class LaunchPlan:
     hf_config: dict[str, Any] | None = None
     hf_config_source: str | None = None
     unknown: list[str] = field(default_factory=list)
+    given: set[str] = field(default_factory=set)  # fields set by an option (not defaults)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def world(self) -> int:
@@ -187,6 +189,7 @@ def _parse_own(argv: Sequence[str]) -> LaunchPlan:
                 raw = args[i + 1]
                 i += 1
             _apply(plan, key, _conv(name, typ, raw))
+            plan.given.add(key)
             i += 1
             continue
         if plan.model is None:
@@ -294,11 +297,15 @@ def build_plan(launch_argv: Sequence[str] | None, config_path: str | None,
         else:
             opt_plan = plan_from_options(data)
             if launch_argv:  # argv wins over the file, like vLLM
-                merged = plan_from_options(data)
-                for f in ("tp", "pp", "dp", "dcp", "pcp", "interleave", "block_size",
-                          "kv_cache_dtype", "attention_backend", "max_num_seqs"):
-                    if getattr(plan, f) == getattr(LaunchPlan(), f):
-                        setattr(plan, f, getattr(merged, f))
+                alias = {"attention_config": ("attention_backend",),
+                         "speculative_config": ("speculative_method", "num_speculative_tokens"),
+                         "num_speculative_tokens": ("num_speculative_tokens",),
+                         "hf_overrides": ("hf_config",)}
+                for key in opt_plan.given - plan.given:
+                    for f in alias.get(key, (key,)):
+                        if f in LaunchPlan.__dataclass_fields__:
+                            setattr(plan, f, getattr(opt_plan, f))
+                    plan.given.add(key)
             else:
                 plan = opt_plan
     if model_cfg is None:

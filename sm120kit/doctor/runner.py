@@ -18,6 +18,9 @@ STATUSES = ("ok", "warn", "fail", "skip", "error")
 
 def run_one(chk: Check, ctx: Context, timeout: float | None = None) -> CheckResult:
     limit = chk.timeout if timeout is None else timeout
+    if chk.kind == "launch" and ctx.launch is None:
+        return CheckResult(chk.id, chk.area, chk.tier, "skip", "needs a launch config (pass "
+                           "`-- vllm serve MODEL ...` or --config FILE)")
     box: list[Outcome | BaseException] = []
 
     def work() -> None:
@@ -82,6 +85,7 @@ def run_doctor(
     launch_argv: list[str] | None = None,
     config_path: str | None = None,
     dcp_planned: int | None = None,
+    tp_planned: int | None = None,
     layout: bool = False,
     only: Sequence[str] | None = None,
     root: str = "/",
@@ -106,11 +110,27 @@ def run_doctor(
     plan = build_plan(launch_argv, config_path, env)
     if dcp_planned is not None and dcp_planned < 1:
         raise UserError(f"--dcp must be >= 1, got {dcp_planned}")
+    if tp_planned is not None and tp_planned < 1:
+        raise UserError(f"--tp must be >= 1, got {tp_planned}")
+    if plan is not None:
+        if tp_planned is not None:
+            plan.tp = tp_planned
+            plan.given.add("tp")
+        if dcp_planned is not None:
+            plan.dcp = dcp_planned
+            if "tp" not in plan.given and plan.tp < dcp_planned:
+                plan.tp = dcp_planned
+                plan.notes.append(f"TP not given: assumed TP = DCP = {dcp_planned}")
     ctx = Context(root=root, environ=env, paths=paths, launch=plan, dcp_planned=dcp_planned,
                   series_root=series_root, nvml_seam=nvml_seam, nvml_timeout=nvml_timeout)
     chosen = select(all_checks(), tiers=tiers, launch=plan is not None, layout=layout, only=only)
+    if any(c.tier >= 1 for c in chosen):
+        # one NVML read up front: tier-0 checks that can use it (kernel arch dir, visible GPUs'
+        # bus ids) then see the real GPUs; it is bounded by nvml_timeout and never raises
+        ctx.nvml()
     results = [run_one(c, ctx, timeout) for c in chosen]
     opts = {"launch_argv": launch_argv, "config_path": config_path, "dcp_planned": ctx.dcp,
+            "tp_planned": plan.tp if plan is not None else tp_planned,
             "layout": layout, "only": list(only) if only else None, "root": root}
     return DoctorReport(checks=results, tiers=sorted(set(tiers)), options=opts,
                         duration_s=time.perf_counter() - t0)

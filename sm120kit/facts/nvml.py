@@ -237,10 +237,17 @@ def _fill(seam: NvmlSeam, snap: NvmlSnapshot, environ: Mapping[str, str]) -> Non
     snap.nvml_version = _s(nv) if nv is not None else None
     count = int(seam.call("nvmlDeviceGetCount"))
     snap.device_count = count
-    handles = [seam.call("nvmlDeviceGetHandleByIndex", i) for i in range(count)]
+    handles: list[Any] = []
+    handle_errors: dict[int, str] = {}
+    for i in range(count):
+        try:
+            handles.append(seam.call("nvmlDeviceGetHandleByIndex", i))
+        except NvmlError as exc:  # e.g. GPU_IS_LOST / NO_PERMISSION for one GPU
+            handles.append(None)
+            handle_errors[i] = exc.kind
     uuids: list[str | None] = []
     for h in handles:
-        u = opt("nvmlDeviceGetUUID", h)
+        u = opt("nvmlDeviceGetUUID", h) if h is not None else None
         uuids.append(_s(u) if u is not None else None)
     visible, note = resolve_visible(environ.get("CUDA_VISIBLE_DEVICES"), count, uuids)
     order = environ.get("CUDA_DEVICE_ORDER")
@@ -249,6 +256,10 @@ def _fill(seam: NvmlSeam, snap: NvmlSnapshot, environ: Mapping[str, str]) -> Non
         note = f"{note}; {extra}" if note else extra
     snap.visible_note = note
     for cuda_idx, phys in enumerate(visible):
+        if handles[phys] is None:
+            snap.gpus.append(GpuInfo(index=cuda_idx, nvml_index=phys,
+                                     na={"handle": handle_errors[phys]}))
+            continue
         snap.gpus.append(_gpu(seam, cuda_idx, phys, handles[phys], uuids[phys]))
     snap.p2p = _pairs(seam, [handles[p] for p in visible])
 
@@ -333,7 +344,7 @@ def _pairs(seam: NvmlSeam, handles: list[Any]) -> dict[str, Any]:
         m: list[list[int | None]] = [[None] * n for _ in range(n)]
         for i in range(n):
             for j in range(n):
-                if i == j:
+                if i == j or handles[i] is None or handles[j] is None:
                     continue
                 try:
                     m[i][j] = int(seam.call("nvmlDeviceGetP2PStatus", handles[i], handles[j],
@@ -344,7 +355,7 @@ def _pairs(seam: NvmlSeam, handles: list[Any]) -> dict[str, Any]:
     topo: list[list[int | None]] = [[None] * n for _ in range(n)]
     for i in range(n):
         for j in range(n):
-            if i == j:
+            if i == j or handles[i] is None or handles[j] is None:
                 continue
             try:
                 topo[i][j] = int(seam.call("nvmlDeviceGetTopologyCommonAncestor", handles[i],

@@ -167,3 +167,15 @@ def test_dispatch_set_vs_envelope(fi_trees: dict[str, Path], tmp_path: Path, mod
                      environ=_env(tmp_path), root=str(tmp_path))
     c = rep.get("flashinfer.dispatch")
     assert c.status == "ok" and c.evidence["shape"] == [64, 2048]
+
+
+def test_kernels_skip_on_non_sm120_gpu(fi_trees: dict[str, Path], tmp_path: Path) -> None:
+    """NVML through the fake recorded seam (no GPU here): an H200 (9.0) host."""
+    from sm120kit.facts.nvml_seam import RecordedSeam
+
+    seam = RecordedSeam({"nvmlDeviceGetCount": 1, "nvmlDeviceGetName": "NVIDIA H200",
+                         "nvmlDeviceGetCudaComputeCapability": [9, 0]})
+    rep = run_doctor(only=["flashinfer.kernels", "gpu.sm120"], paths=[str(fi_trees["0.7.2.post1"])],
+                     environ=_env(tmp_path), root=str(tmp_path), nvml_seam=seam)
+    c = rep.get("flashinfer.kernels")
+    assert c.status == "skip" and "9.0" in c.summary

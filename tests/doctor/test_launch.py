@@ -210,3 +210,37 @@ def test_full_launch_glm5_dcp8_on_patched(tmp_path: Path, model_dir, glm5_config
     bad = [(c.id, c.status, c.summary) for c in rep.checks if c.status not in ("ok",)]
     assert not bad, bad
     assert rep.exit_code == 0
+
+
+def test_dcp_and_tp_options_with_model_config(tmp_path: Path, glm5_config: dict) -> None:  # type: ignore[type-arg]
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(glm5_config))
+    env = {"HOME": str(tmp_path)}
+    rep = run_doctor(config_path=str(cfg), dcp_planned=8, only=["launch"], environ=env,
+                     root=str(tmp_path), paths=[str(tmp_path)])
+    assert rep.get("launch.tp_dcp").status == "ok"
+    assert "assumed TP = DCP = 8" in rep.get("launch.config").summary
+    assert rep.get("launch.heads").evidence["kernel_heads"] == 64
+    rep = run_doctor(config_path=str(cfg), dcp_planned=8, tp_planned=4, only=["launch.tp_dcp"],
+                     environ=env, root=str(tmp_path), paths=[str(tmp_path)])
+    assert rep.get("launch.tp_dcp").status == "fail"
+    # --dcp overrides the argv's DCP
+    rep = run_doctor(launch_argv=["vllm", "serve", "m", "-tp", "8", "-dcp", "2"], dcp_planned=4,
+                     only=["launch.config"], environ=env, root=str(tmp_path),
+                     paths=[str(tmp_path)])
+    assert rep.get("launch.config").evidence["dcp"] == 4
+
+
+def test_serve_file_merged_under_argv(tmp_path: Path) -> None:
+    y = tmp_path / "serve.yaml"
+    y.write_text("tensor-parallel-size: 8\ndecode-context-parallel-size: 8\nblock-size: 128\n"
+                 "speculative-config: {\"method\": \"mtp\", \"num_speculative_tokens\": 2}\n")
+    plan = build_plan(["vllm", "serve", "m", "-dcp", "4"], str(y), {"HOME": str(tmp_path)})
+    assert plan is not None and (plan.tp, plan.dcp, plan.block_size) == (8, 4, 128)
+    assert plan.num_speculative_tokens == 2
+
+
+def test_launch_check_without_launch_skips(tmp_path: Path) -> None:
+    rep = run_doctor(only=["launch.heads"], environ={"HOME": str(tmp_path)}, root=str(tmp_path),
+                     paths=[str(tmp_path)])
+    assert rep.get("launch.heads").status == "skip"

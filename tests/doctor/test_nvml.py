@@ -212,3 +212,15 @@ def test_gpu_findings(tmp_path: Path) -> None:
     assert "4242" in rep.get("gpu.memory").summary
     st = rep.get("gpu.settings")
     assert st.status == "fail" and "2 uncorrected ECC" in st.summary and "persistence" in st.summary
+
+
+def test_one_gpu_unreachable(tmp_path: Path) -> None:
+    a = h200_answers(2)
+    a["nvmlDeviceGetHandleByIndex"] = {"(0,)": 0, "(1,)": {"error": "gpu_is_lost"}}
+    rep = _run(tmp_path, RecordedSeam(a), ["gpu.nvml", "gpu.p2p", "gpu.sm120"])
+    c = rep.get("gpu.nvml")
+    assert c.status == "fail" and "GPU 1 (NVML 1: gpu_is_lost)" in c.summary
+    snap = c.evidence["snapshot"]
+    assert snap["gpus"][1]["na"] == {"handle": "gpu_is_lost"}
+    assert snap["p2p"]["caps"]["read"][0][1] is None
+    assert rep.get("gpu.sm120").status == "fail"  # GPU 0 is still an H200 (SM90)

@@ -46,7 +46,7 @@ def sm120_api(ctx: Context) -> Outcome:
 
 
 def _target_capabilities(ctx: Context) -> tuple[list[tuple[int, int]], str]:
-    snap = ctx._cache.get("nvml")
+    snap = ctx.peek("nvml")
     if snap is not None and snap.available and snap.gpus:
         ccs = sorted({g.compute_capability for g in snap.gpus if g.compute_capability})
         if ccs:
@@ -88,6 +88,10 @@ def kernels(ctx: Context) -> Outcome:
         return skip(f"flashinfer {info.version} has no SM120 sparse module (see "
                     "flashinfer.sm120_api)")
     k = kernel_state(ctx)
+    if k["cc_from"] == "NVML" and not any(cc[0] == 12 for cc in k["capabilities"]):
+        ccs = ", ".join(f"{a}.{b}" for a, b in k["capabilities"])
+        return skip(f"no SM12x GPU visible (compute capability {ccs}): the SM120 kernel is not "
+                    "used on this machine", **k)
     if k["found"]:
         return ok(f"compiled sparse_mla_sm120 found: {k['found'][0]}", **k)
     need = "12.8" if version_ge(info.version, "0.7.1") else "12.9"

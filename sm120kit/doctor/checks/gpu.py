@@ -46,6 +46,12 @@ def nvml(ctx: Context) -> Outcome:
                     "GPU-UUIDs); set CUDA_DEVICE_ORDER=PCI_BUS_ID", **ev)
     if not snap.gpus:
         return fail(f"{msg}: no GPU", "check CUDA_VISIBLE_DEVICES", **ev)
+    lost = [g for g in snap.gpus if "handle" in g.na]
+    if lost:
+        return fail(f"{msg}; NVML cannot open " + ", ".join(
+            f"GPU {g.index} (NVML {g.nvml_index}: {g.na['handle']})" for g in lost),
+            "check `nvidia-smi` and the kernel log (Xid 79 = fallen off the bus); reboot or "
+            "reset the GPU", **ev)
     return ok(msg, **ev)
 
 

@@ -54,8 +54,11 @@ def config(ctx: Context) -> Outcome:
           "kv_cache_dtype": plan.kv_cache_dtype, "attention_backend": plan.attention_backend,
           "max_num_seqs": plan.max_num_seqs, "speculative": plan.speculative_method,
           "num_speculative_tokens": plan.num_speculative_tokens,
-          "config_source": plan.hf_config_source, "unknown_options": plan.unknown}
+          "config_source": plan.hf_config_source, "unknown_options": plan.unknown,
+          "notes": plan.notes}
     head = f"TP{plan.tp} DCP{plan.dcp} PP{plan.pp} model {plan.model or '?'}"
+    if plan.notes:
+        head += f" ({'; '.join(plan.notes)})"
     if plan.hf_config is None:
         return warn(f"{head}; {NO_CONFIG} (model checks skip)", None, **ev)
     return ok(f"{head}; model config from {plan.hf_config_source}", **ev)

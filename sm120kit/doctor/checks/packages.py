@@ -41,7 +41,6 @@ def installed(ctx: Context) -> Outcome:
     fi = v.get("flashinfer-python")
     if v.get("flashinfer-cubin") and fi and v["flashinfer-cubin"] != fi:
         problems.append(f"flashinfer-cubin {v['flashinfer-cubin']} != flashinfer-python {fi}")
-    jc = v.get("flashinfer-jit-cache")
     for name, ver in v.items():
         if name.startswith("flashinfer-jit-cache") and ver and fi:
             base = ver.split("+", 1)[0]
@@ -49,7 +48,6 @@ def installed(ctx: Context) -> Outcome:
                 problems.append(f"{name} {ver} does not match flashinfer-python {fi}")
     if v.get("nvidia-nccl-cu12") and v.get("nvidia-nccl-cu13"):
         problems.append("both nvidia-nccl-cu12 and nvidia-nccl-cu13 are installed")
-    del jc
     shown = ", ".join(f"{k} {val}" for k, val in v.items() if val) or "none of them"
     if not v.get("vllm") and not fi:
         return warn(f"neither vLLM nor FlashInfer is installed here ({shown})",
