@@ -9,7 +9,7 @@ init       process group (gloo on CPU, NCCL on GPUs)           barrier (all_redu
 kv-build   global data from the seed, this rank's cache        all_gather(local_kv_tokens)
 convert    global top-k -> local physical rows + valid counts  all_gather(valid_counts)
 attend     query head all-gather, local partial attention      all_gather(q heads)
-merge      LSE merge: ag_rs and/or a2a                         all_gather(lse) / all_to_all
+merge      LSE merge: ag_rs and/or a2a (each after a barrier)  barrier, all_gather(lse) / ...
 verify     single-rank attention over the dequantized KV       (none)
 =========  ==================================================  ==============================
 
@@ -139,6 +139,14 @@ class RankRun:
     def tick(self, detail: str) -> None:
         self.rep.send("tick", phase=self.phase, detail=detail)
 
+    def _barrier(self, name: str) -> None:
+        import torch
+        import torch.distributed as dist
+
+        one = torch.ones(1, device=self.device)
+        self.before(name)
+        dist.all_reduce(one)
+
     def _phase(self, name: str, fn: Callable[[], Any]) -> Any:
         self.phase = name
         self.rep.send("phase", phase=name)
@@ -265,6 +273,8 @@ class RankRun:
 
         self.merged: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
         for name in self.cfg.merges:
+            # line the ranks up first so the timing is the merge, not the attention skew
+            self._barrier(f"barrier(before {name})")
             t0 = time.perf_counter()
             self.merged[name] = MERGE_FUNCS[name](
                 self.out, self.lse, self.rank, self.world, self.cfg.lse_base, before=self.before

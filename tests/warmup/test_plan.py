@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -172,3 +174,46 @@ def test_parse_serve_args_variants() -> None:
         parse_serve_args(["m", "--speculative-config", "{bad"])
     with pytest.raises(UserError):
         parse_serve_args(["m", "-tp"])
+
+
+def _patch_helpers() -> list[tuple[str, str]]:
+    """(variant, source of dcp_decode_prompt_len) from every warmup patch of the series."""
+    root = Path(__file__).resolve().parents[2] / "patches"
+    out = []
+    for patch in sorted(root.glob("*/*warmup*.patch")):
+        added = [
+            line[1:]
+            for line in patch.read_text().splitlines()
+            if line.startswith("+") and not line.startswith("+++")
+        ]
+        src = "\n".join(added)
+        start = src.find("def dcp_decode_prompt_len(")
+        if start < 0:
+            continue
+        end = src.find("\n\n\n", start)
+        out.append((patch.parent.name, src[start : end if end > 0 else None]))
+    return out
+
+
+def test_patch_series_warmup_hunk_uses_the_same_formula() -> None:
+    """The patch's warmup hunk and the planner agree on every configuration (one formula)."""
+    helpers = _patch_helpers()
+    if not helpers:
+        pytest.skip("no warmup patch with dcp_decode_prompt_len in patches/")
+    for variant, src in helpers:
+        ns: dict[str, object] = {}
+        exec(compile(src, f"patches/{variant}/warmup", "exec"), ns)
+        fn = ns["dcp_decode_prompt_len"]
+        assert callable(fn)
+        for n in (1, 2, 3, 4, 8, 16):
+            for b in (64, 128, 256):
+                for mml in (3, 10, 200, 513, 514, 100_000):
+                    for mnbt in (1, 64, 512, 8192):
+                        for q in (1, 2, 4):
+                            got = fn(n, b, max_model_len=mml, max_num_batched_tokens=mnbt,
+                                     decode_query_len=q)  # fmt: skip
+                            exp = P.warmup_decode_prompt_len(
+                                n, b, max_model_len=mml, max_num_batched_tokens=mnbt,
+                                decode_query_len=q,
+                            )  # fmt: skip
+                            assert got == exp, (variant, n, b, mml, mnbt, q)
