@@ -127,20 +127,21 @@ def apply_cmd(
         return _emit("apply", res, as_json)
     if not alias:
         raise UserError("--branch ALIAS is required", hint="`sm120kit targets` lists the aliases")
-    from sm120kit.patchset.targets import resolve_repo
+    from sm120kit.patchset.targets import is_fork, resolve_repo
 
     series = _series()
     root = resolve_repo(repo)
-    if series.target(alias).repo:  # fork alias: fetch/clone its branch, apply or 3-way port
-        from sm120kit.patchset.port import apply_fork
-
+    target = series.targets.get(alias)
+    if target is not None and is_fork(target):  # fetch/clone its branch, apply or 3-way port
+        apply_fork = _optional("sm120kit.patchset.port", "apply_fork", f"the fork alias {alias}")
         res = apply_fork(series, alias, root, base=base, into=into, checkout=checkout,
                          dry_run=dry_run, from_alias=from_alias, port=port, progress=_progress())
         return _emit("apply", res, as_json)
     if root is None:
-        if base or checkout:
+        if base or checkout or from_alias:
             raise UserError(
-                "--base/--checkout need a git checkout (none found here)", hint="pass --repo PATH"
+                "--base/--checkout/--from need a git checkout (none found here)",
+                hint="pass --repo PATH",
             )
         from sm120kit.patchset.embedded import apply_embedded
 

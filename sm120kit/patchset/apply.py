@@ -116,8 +116,9 @@ def _failure_hint(target: Target, failure: ge.AmFailure) -> str:
 
 
 def _try_port(
-    repo: Path, alias: str, base: str | None, into: str, from_alias: str | None
+    repo: Path, alias: str, base: str | None, into: str, from_alias: str | None, dry_run: bool
 ) -> Any | None:
+    """Hand over to the 3-way porting engine (``sm120kit.patchset.port``) when it is installed."""
     try:
         from sm120kit.patchset import port
     except ImportError:
@@ -125,7 +126,12 @@ def _try_port(
     fn = getattr(port, "port_series", None)
     if fn is None:
         return None
-    return fn(repo=repo, alias=alias, base=base, into=into, from_alias=from_alias)
+    import inspect
+
+    kwargs: dict[str, Any] = dict(repo=repo, alias=alias, base=base, into=into, from_alias=from_alias)
+    if "dry_run" in inspect.signature(fn).parameters:
+        kwargs["dry_run"] = dry_run
+    return fn(**kwargs)
 
 
 def apply_to_checkout(
@@ -163,17 +169,23 @@ def apply_to_checkout(
             f"{repo} is in the middle of {busy}",
             hint="finish or abort it first; nothing was changed",
         )
-    base_ref = base or target.base_ref
+    base_ref = base or target.base_ref or ("HEAD" if from_alias else "")
     if not base_ref:
         raise UserError(f"{alias} has no base ref", hint="pass --base REF")
+    port_allowed = port if port is not None else bool(from_alias or target.port_from)
+    into = into or f"{DEFAULT_BRANCH_PREFIX}{alias}"
     base_commit = rev_parse(repo, base_ref)
+    if base_commit is None and port_allowed and not base:
+        # e.g. a fork whose base is a remote branch: the porting engine knows how to find it
+        ported = _try_port(repo, alias, base, into, from_alias, dry_run)
+        if ported is not None:
+            return ported
     if base_commit is None:
         raise UserError(
             f"base ref {base_ref} is not in {repo}",
             hint=fetch_hint(repo, base_ref) if not base else "check the name given to --base",
         )
     check_safe_paths(repo, base_commit, parsed)
-    into = into or f"{DEFAULT_BRANCH_PREFIX}{alias}"
     ge.check_branch_name(repo, into)
 
     common: dict[str, Any] = dict(
@@ -233,9 +245,8 @@ def apply_to_checkout(
     wa = ge.apply_patches_in_worktree(repo, base_commit, todo)
     if not wa.ok:
         assert wa.failure is not None
-        allowed = port if port is not None else bool(from_alias or target.port_from)
-        if allowed:
-            ported = _try_port(repo, alias, base, into, from_alias or target.port_from)
+        if port_allowed:
+            ported = _try_port(repo, alias, base, into, from_alias, dry_run)
             if ported is not None:
                 return ported
         f = wa.failure

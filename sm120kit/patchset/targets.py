@@ -115,17 +115,48 @@ def infer_alias(root: Path, series: Series) -> str:
 
 
 def select(series: Series, alias: str, from_alias: str | None = None) -> tuple[Target, Variant]:
-    """Target and the variant to apply; ``from_alias`` takes the variant from another alias."""
-    target = series.target(alias)
+    """Target and the variant to apply.
+
+    ``from_alias`` (an alias or a variant name) supplies the variant instead of the target's own;
+    with it, ``alias`` may also be a name the manifest does not know (a fork branch), which then
+    has no base ref of its own (``--base`` or HEAD).
+    """
     if from_alias:
-        src, variant = series.variant_for(from_alias)
+        if from_alias in series.targets:
+            src = series.targets[from_alias]
+            if src.status == "unsupported":
+                raise UserError(f"--from {from_alias} is not supported: {src.reason}")
+            variant = series.variant(src.variant)
+        elif from_alias in series.variants:
+            variant = series.variants[from_alias]
+        else:
+            raise UserError(
+                f"--from {from_alias!r} is neither an alias nor a variant",
+                hint="aliases: " + ", ".join(sorted(series.targets))
+                + "; variants: " + ", ".join(sorted(series.variants)),
+            )
+        target = series.targets.get(alias) or Target(
+            alias=alias, release=None, base_ref="", variant=variant.name,
+            status="unverified-here", reason="not in the manifest; applied --from " + from_alias,
+        )
+        if target.status == "unsupported":
+            raise UserError(
+                f"{alias} is not supported: {target.reason or 'no reason recorded'}",
+                hint="`sm120kit targets` lists the supported aliases",
+            )
         return target, variant
+    target = series.target(alias)
     if target.status == "unsupported":
         raise UserError(
             f"{alias} is not supported: {target.reason or 'no reason recorded'}",
             hint="`sm120kit targets` lists the supported aliases",
         )
     return target, series.variant(target.variant)
+
+
+def is_fork(target: Target) -> bool:
+    """A fork alias: a git URL and branch instead of a PyPI release."""
+    return bool(target.repo and target.branch)
 
 
 def fetch_hint(root: Path, ref: str) -> str:

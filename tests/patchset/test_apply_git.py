@@ -378,3 +378,33 @@ def test_hooks_and_user_config_are_not_used(
     assert rc == 0, err
     assert not flag.exists()
     assert (checkout / ".git" / "config").read_bytes() == cfg
+
+
+def test_port_is_delegated_with_from_and_refused_with_no_port(
+    mini_series: MiniSeries, checkout: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """When `git am -3` fails and --from is given, the 3-way porting engine takes over."""
+    pytest.importorskip("sm120kit.patchset.port", reason="the porting engine is not in this build")
+    edit(checkout / SM120, "    is_sparse = True\n", "    is_sparse = True  # local change\n")
+    git(checkout, "commit", "-qam", "local change in the patched context")
+    git(checkout, "tag", "-f", "v0.34.0")
+    before = state_fingerprint(checkout)
+    rc, doc = _json(capsys, "--branch", ALIAS, "--repo", str(checkout), "--from", ALIAS, "--no-port")
+    assert rc == 2 and doc["status"] == "failed" and "mode" not in doc
+    rc, doc = _json(capsys, "--branch", ALIAS, "--repo", str(checkout), "--from", ALIAS)
+    assert doc.get("mode") == "port", doc
+    if doc["status"] != "ported":
+        assert rc == 2
+        assert state_fingerprint(checkout) == before
+
+
+def test_from_accepts_a_variant_name_and_an_unknown_alias(
+    mini_series: MiniSeries, checkout: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--branch my-fork --from v-test`: a name the manifest does not know, applied on HEAD."""
+    rc, doc = _json(capsys, "--branch", "my-fork", "--repo", str(checkout), "--from", "v-test")
+    assert rc == 0, doc
+    assert doc["status"] == "applied" and doc["branch"] == "sm120kit/dcp-my-fork"
+    assert doc["base"] == "HEAD"
+    rc, _, err = _apply(capsys, "--branch", "x", "--repo", str(checkout), "--from", "nope")
+    assert rc == 2 and "neither an alias nor a variant" in err
