@@ -113,7 +113,8 @@ class NvmlSnapshot:
     nvml_version: str | None = None
     device_count: int | None = None  # physical GPUs NVML sees
     cuda_visible_devices: str | None = None
-    visible_note: str | None = None  # how CUDA_VISIBLE_DEVICES was resolved, problems
+    visible_note: str | None = None  # problems resolving CUDA_VISIBLE_DEVICES
+    order_note: str | None = None  # CUDA_DEVICE_ORDER caveat (information only)
     gpus: list[GpuInfo] = field(default_factory=list)
     p2p: dict[str, Any] = field(default_factory=dict)
     duration_s: float = 0.0
@@ -252,8 +253,9 @@ def _fill(seam: NvmlSeam, snap: NvmlSnapshot, environ: Mapping[str, str]) -> Non
     visible, note = resolve_visible(environ.get("CUDA_VISIBLE_DEVICES"), count, uuids)
     order = environ.get("CUDA_DEVICE_ORDER")
     if environ.get("CUDA_VISIBLE_DEVICES") and order != "PCI_BUS_ID" and len(visible) > 1:
-        extra = "CUDA_DEVICE_ORDER is not PCI_BUS_ID: CUDA may order GPUs differently from NVML"
-        note = f"{note}; {extra}" if note else extra
+        snap.order_note = ("CUDA_DEVICE_ORDER is not PCI_BUS_ID: indices in CUDA_VISIBLE_DEVICES "
+                           "were read in NVML's PCI order; CUDA orders fastest first (the same "
+                           "for identical GPUs)")
     snap.visible_note = note
     for cuda_idx, phys in enumerate(visible):
         if handles[phys] is None:

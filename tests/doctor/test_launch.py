@@ -244,3 +244,9 @@ def test_launch_check_without_launch_skips(tmp_path: Path) -> None:
     rep = run_doctor(only=["launch.heads"], environ={"HOME": str(tmp_path)}, root=str(tmp_path),
                      paths=[str(tmp_path)])
     assert rep.get("launch.heads").status == "skip"
+
+
+def test_warmup_plan_without_vllm_warns(tmp_path: Path) -> None:
+    rep = _run(tmp_path, ["vllm", "serve", "m", "-tp", "8", "-dcp", "8"], ["launch.warmup_plan"])
+    c = rep.get("launch.warmup_plan")
+    assert c.status == "warn" and "not installed" in c.summary and "[3, 4, 5, 6, 7]" in c.summary

@@ -325,8 +325,15 @@ def warmup_plan(ctx: Context) -> Outcome:
     except ValueError as exc:
         return fail(f"warmup plan impossible: {exc}", "fix the block size / interleave", dcp=p.dcp)
     chosen = wp.fixed if patched else wp.unpatched
-    ev = {"vllm_patched": patched, "plan": wp.to_dict()}
+    ev = {"vllm_installed": vi.installed, "vllm_patched": patched, "plan": wp.to_dict()}
     zero = chosen.zero_local_kv_ranks
+    if not vi.installed:
+        up = wp.unpatched.zero_local_kv_ranks
+        if up and not wp.fixed.zero_local_kv_ranks:
+            return warn(f"vLLM is not installed here: an unpatched vLLM's 2-token warmup would "
+                        f"leave DCP ranks {up} without local KV; the sm120kit series' warmup "
+                        f"({wp.fixed.prompt_len} tokens) gives every rank local KV",
+                        "sm120kit apply --installed in the serving environment", **ev)
     which = "fixed (sm120kit series)" if patched else "upstream 2-token"
     if zero:
         fix = ("sm120kit apply --installed (its warmup gives every rank local KV)" if not patched
