@@ -406,3 +406,36 @@ def snapshot(
     snap.cuda_visible_devices = env.get("CUDA_VISIBLE_DEVICES")
     snap.duration_s = round(time.perf_counter() - t0, 4)
     return snap
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m sm120kit.facts.nvml [--record FILE] [--timeout S]``: print the snapshot as
+    JSON; ``--record`` also writes every NVML answer for replay through ``RecordedSeam``."""
+    import argparse
+    import json
+
+    from sm120kit.facts.nvml_seam import PynvmlSeam, RecordingSeam
+
+    ap = argparse.ArgumentParser(prog="python -m sm120kit.facts.nvml")
+    ap.add_argument("--record", metavar="FILE")
+    ap.add_argument("--timeout", type=float, default=10.0)
+    a = ap.parse_args(argv)
+    rec: list[RecordingSeam] = []
+
+    def factory() -> NvmlSeam:
+        r = RecordingSeam(PynvmlSeam())
+        rec.append(r)
+        return r
+
+    snap = snapshot(a.timeout, seam=factory if a.record else None)
+    print(json.dumps(snap.to_dict(), indent=2))
+    if a.record and rec:
+        with open(a.record, "w") as fh:
+            json.dump(rec[0].answers, fh, indent=1, sort_keys=True)
+    return 0 if snap.available else 2
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())

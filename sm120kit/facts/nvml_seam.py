@@ -99,7 +99,8 @@ class RecordedSeam:
                 return None
             raise NvmlError("function_not_found", f"recording has no {fn}")
         ans = self.answers[fn]
-        if isinstance(ans, dict) and "error" not in ans and any(k.startswith("(") for k in ans):
+        if isinstance(ans, dict) and "error" not in ans and ans and all(
+                k.startswith("(") for k in ans):
             key = repr(tuple(args))
             if key not in ans:
                 raise NvmlError("not_supported", f"recording has no {fn}{key}")
@@ -107,3 +108,44 @@ class RecordedSeam:
         if isinstance(ans, dict) and set(ans) == {"error"}:
             raise NvmlError(str(ans["error"]), f"{fn}: recorded {ans['error']}")
         return _ns(ans)
+
+
+def _plain(value: Any) -> Any:
+    """pynvml results (ctypes structs, friendly objects, bytes) to JSON-able values."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, int | float | str | bool) or value is None:
+        return value
+    fields = getattr(value, "_fields_", None)
+    if fields:
+        return {name: _plain(getattr(value, name)) for name, *_ in fields}
+    if hasattr(value, "__dict__"):
+        return {k: _plain(v) for k, v in vars(value).items() if not k.startswith("_")}
+    return repr(value)
+
+
+class RecordingSeam:
+    """Wraps a real seam and records every answer in :class:`RecordedSeam`'s format, so a run on
+    a real GPU host can be replayed in tests (``python -m sm120kit.facts.nvml --record F``)."""
+
+    def __init__(self, inner: NvmlSeam):
+        self.inner = inner
+        self.answers: dict[str, dict[str, Any]] = {}
+        self._index: dict[int, int] = {}
+
+    def call(self, fn: str, *args: Any) -> Any:
+        key_args = tuple(self._index.get(id(a), a) if not isinstance(a, int | str | bytes)
+                         else a for a in args)
+        key = repr(key_args)
+        try:
+            res = self.inner.call(fn, *args)
+        except NvmlError as exc:
+            self.answers.setdefault(fn, {})[key] = {"error": exc.kind}
+            raise
+        if fn == "nvmlDeviceGetHandleByIndex":
+            self._index[id(res)] = int(args[0])
+        else:
+            self.answers.setdefault(fn, {})[key] = _plain(res)
+        return res

@@ -224,3 +224,42 @@ def test_one_gpu_unreachable(tmp_path: Path) -> None:
     assert snap["gpus"][1]["na"] == {"handle": "gpu_is_lost"}
     assert snap["p2p"]["caps"]["read"][0][1] is None
     assert rep.get("gpu.sm120").status == "fail"  # GPU 0 is still an H200 (SM90)
+
+
+def test_record_and_replay_round_trip(tmp_path: Path) -> None:
+    """RecordingSeam over a fake inner seam that answers like pynvml does (opaque handle objects,
+    ctypes structs, bytes), replayed through RecordedSeam: the same snapshot."""
+    import ctypes
+    import json
+
+    class Mem(ctypes.Structure):
+        _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong),
+                    ("used", ctypes.c_ulonglong)]
+
+    class Handle:
+        pass
+
+    handles = [Handle(), Handle()]
+    base = RecordedSeam(rtx_pro_answers(2))
+
+    class PynvmlLike:
+        def call(self, fn: str, *args: Any) -> Any:
+            if fn == "nvmlDeviceGetHandleByIndex":
+                return handles[args[0]]
+            plain = tuple(handles.index(a) if isinstance(a, Handle) else a for a in args)
+            if fn == "nvmlDeviceGetMemoryInfo":
+                return Mem(total=100 * GiB, free=99 * GiB, used=1 * GiB)
+            return base.call(fn, *plain)
+
+    from sm120kit.facts.nvml_seam import RecordingSeam
+
+    rec = RecordingSeam(PynvmlLike())
+    first = nvml.snapshot(seam=rec, environ={})
+    answers = json.loads(json.dumps(rec.answers))
+    assert answers["nvmlDeviceGetMemoryInfo"]["(0,)"] == {"total": 100 * GiB, "free": 99 * GiB,
+                                                          "used": 1 * GiB}
+    again = nvml.snapshot(seam=RecordedSeam(answers), environ={})
+    a, b = first.to_dict(), again.to_dict()
+    a.pop("duration_s")
+    b.pop("duration_s")
+    assert a == b and a["gpus"][1]["memory_total"] == 100 * GiB
