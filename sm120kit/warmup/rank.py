@@ -169,7 +169,8 @@ class RankRun:
 
         cfg = self.cfg
         if cfg.device == "cuda":
-            self.device = torch.device("cuda", self.rank % torch.cuda.device_count())
+            local = int(os.environ.get("LOCAL_RANK", self.rank))
+            self.device = torch.device("cuda", local % torch.cuda.device_count())
             torch.cuda.set_device(self.device)
             backend = "nccl"
         else:

@@ -430,8 +430,9 @@ def _summarize(cfg: RunConfig, results: list[dict[str, Any]], wall: float) -> Ru
     asym = len(set(work)) > 1
     if zero_local:
         notes.append(f"ranks {zero_local} hold no local KV for the decode request")
-    if asym:
-        notes.append(f"rank-asymmetric work: selected local slots per rank {work}")
+    idle = [r for r, w in enumerate(work) if w == 0]
+    if idle and len(idle) < len(work):
+        notes.append(f"rank-asymmetric work: selected local slots per rank {work} (idle: {idle})")
     status = "ok" if passed else "fail"
     if not passed:
         code = 2

@@ -300,3 +300,15 @@ def test_flashinfer_backend_on_sm120(tmp_path: Path) -> None:
     )
     assert res.passed, (res.message, res.errors)
     assert res.ranks[0]["process_group"] == "nccl"
+
+
+@pytest.mark.gpu
+def test_cuda_reference_with_nccl() -> None:
+    """The reference backend on CUDA tensors with NCCL collectives (one GPU per rank)."""
+    import torch
+
+    n = min(4, torch.cuda.device_count())
+    res = run_warmup(RunConfig(dcp=n, device="cuda", stall_timeout=120))
+    assert res.passed, (res.message, res.errors)
+    assert all(r["process_group"] == "nccl" for r in res.ranks)
+    assert all(r["device"].startswith("cuda") for r in res.ranks)
