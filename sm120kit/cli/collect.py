@@ -72,8 +72,10 @@ def _render_attach(tb: Path, res: Any, procs: list[Any], as_json: bool) -> None:
 )
 @click.option("-o", "--out", "out_dir", type=click.Path(path_type=Path, file_okay=False),
               default=Path("."), show_default=True, help="Where the bundle is written.")
-@click.option("--attach", "attach", is_flag=True,
-              help="Snapshot a running vLLM now (optionally give its PID as the argument).")
+@click.option("--attach", "attach", is_flag=False, flag_value="search", default=None,
+              metavar="[PID]",
+              help="Snapshot a running vLLM now: its PID (API server, engine core or a worker), "
+              "or no value to search all processes for vLLM titles. Never kills anything.")
 @click.option("--stall-timeout", type=float, default=120.0, show_default=True,
               help="Seconds without output or phase change that count as a stall.")
 @click.option("--until-ready", is_flag=True,
@@ -98,7 +100,7 @@ def _render_attach(tb: Path, res: Any, procs: list[Any], as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def collect_cmd(
-    out_dir: Path, attach: bool, stall_timeout: float, until_ready: bool, deadline: float,
+    out_dir: Path, attach: str | None, stall_timeout: float, until_ready: bool, deadline: float,
     no_redact: bool, host_map: Path | None, always_bundle: bool, keep_running: bool, stacks: str,
     no_diag_env: bool, no_doctor: bool, sample_gap: float, as_json: bool, command: tuple[str, ...],
 ) -> int:
@@ -111,13 +113,18 @@ def collect_cmd(
     """
     if stall_timeout <= 0 or deadline <= 0:
         raise UserError("--stall-timeout and --deadline must be positive")
-    if attach:
+    if attach is not None:
         pid: int | None = None
-        if len(command) > 1 or (command and not command[0].isdigit()):
+        if command and attach == "search" and len(command) == 1 and command[0].isdigit():
+            attach = command[0]  # `--attach -o DIR 123`
+        elif command:
             raise UserError("--attach takes at most one PID, not a command",
                             hint="sm120kit collect --attach [PID]  or  sm120kit collect -- CMD ...")
-        if command:
-            pid = int(command[0])
+        if attach != "search":
+            if not attach.isdigit():
+                raise UserError(f"--attach expects a PID, got {attach!r}",
+                                hint="sm120kit collect --attach [PID]")
+            pid = int(attach)
         from sm120kit.diag.collect import Options
         from sm120kit.diag.collect import attach as do_attach
 

@@ -27,7 +27,7 @@ REDACTED = "<redacted>"
 
 _SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")
 # Names that contain a secret word but are not secrets (kept so the bundle stays useful).
-_BENIGN_ENV = re.compile(r"TOKENIZERS?_|_TOKENS?$|^KEYTAB$|_KEY_?(?:PATH|FILE)$|KEYFILE")
+_BENIGN_ENV = re.compile(r"TOKENIZERS?_|_TOKENS$|^KEYTAB$|_KEY_?(?:PATH|FILE)$|KEYFILE")
 
 
 def is_secret_env_name(name: str) -> bool:

@@ -48,6 +48,7 @@ IMMEDIATE_SIGNALS = frozenset(
     {"watchdog-timeout", "rpc-timeout", "nccl-timeout", "worker-died", "engine-dead",
      "nccl-teardown"}
 )
+DEATH_SIGNALS = frozenset({"worker-died", "engine-dead", "nccl-teardown"})
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 _SRC_RX = (
     re.compile(r"^\((?P<name>[A-Za-z][\w]*?)(?: rank=(?P<rank>\d+))? pid=(?P<pid>\d+)"),
@@ -372,8 +373,7 @@ class Supervisor:
                                                      SOURCE_CAP, self.redactor)
             if src in self.source_files:
                 self.source_files[src].write_line(line)
-            # tqdm frames: classify the last \r segment
-            text = line.rsplit("\r", 1)[-1] if "\r" in line.rstrip("\r\n") else line
+            text = line
             sig = self._stall_signal(text)
             new_phase = self.tracker.feed(text, t, src)
             if sig != "shm-broadcast-wait":
@@ -576,7 +576,8 @@ class Supervisor:
                         silent = mono - self.last_activity
                         cur = self.tracker.current
                     if sig is not None:
-                        outcome, kind = "stalled", "signal"
+                        outcome = "crashed" if sig[0] in DEATH_SIGNALS else "stalled"
+                        kind = "signal"
                         reason = f"known hang message ({sig[0]}): {sig[1]}"
                         break
                     if self.deaths:

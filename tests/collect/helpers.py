@@ -44,7 +44,8 @@ def wait_for_ranks(root_pid: int, n: int, title: str = "VLLM::Worker_TP", timeou
             if txt.count("entering all_reduce") + txt.count("skipping the next") >= n:
                 return ranks
         time.sleep(0.2)
-    raise AssertionError(f"{n} ranks titled {title!r} did not appear in {timeout}s")
+    tail = line_file.read_text(errors="replace")[-3000:] if line_file and line_file.exists() else ""
+    raise AssertionError(f"{n} ranks titled {title!r} did not appear in {timeout}s\n{tail}")
 
 
 def kill_group(p: subprocess.Popen[bytes]) -> None:
