@@ -56,6 +56,7 @@ class RankState:
     result_path: str | None = None
     phase_times: dict[str, float] = field(default_factory=dict)
     detail: str | None = None
+    dead_since: float | None = None
 
     def describe(self, now: float) -> str:
         if self.done:
@@ -159,6 +160,7 @@ class Supervisor:
         self.read_fd: int | None = None
         self.buf = b""
         self.eof = False
+        self._last_alive_check = 0.0
 
     # ------------------------------------------------------------ process control
     def start(self) -> None:
@@ -362,9 +364,23 @@ class Supervisor:
             now = time.monotonic()
             if self.on_update:
                 self.on_update(self.states)
-            for s in self.states:
-                if s.error:
-                    return "error", (s.rank, f"rank {s.rank} failed in phase {s.phase}: {s.error}")
+            failed = [s for s in self.states if s.error]
+            if failed:
+                s = failed[0]
+                msg = f"rank {s.rank} failed in phase {s.phase}: {s.error}"
+                # a peer that died without a word is the likelier cause (gloo then errors here)
+                dead = [
+                    d for d in self.states
+                    if d.pid is not None and not d.done and not d.error and not _alive(d.pid)
+                ]  # fmt: skip
+                if dead:
+                    d = dead[0]
+                    return "error", (
+                        d.rank,
+                        f"rank {d.rank} (pid {d.pid}) died in phase {d.phase} without an error "
+                        f"report; then {msg}",
+                    )
+                return "error", (s.rank, msg)
             if all(s.done for s in self.states):
                 results = [json.loads(Path(s.result_path or "").read_text()) for s in self.states]
                 return "ok", results
@@ -383,9 +399,34 @@ class Supervisor:
                     s.rank,
                     f"rank {s.rank} {why} without a result (launcher exit {self.proc.poll()})",
                 )
+            died = self._dead_rank(now)
+            if died is not None:
+                return "error", (
+                    died.rank,
+                    f"rank {died.rank} (pid {died.pid}) died in phase {died.phase} "
+                    "without an error report",
+                )
             live = [s for s in self.states if not s.done]
             if live and all(now - s.last_progress > self._limit(s) for s in live):
                 return "stall", self.stall_report(now)
+
+    def _dead_rank(self, now: float) -> RankState | None:
+        """A started rank whose process is gone for a second without a result or an error
+        (killed, segfault): the others would block in the next collective until the stall
+        timeout, so stop now."""
+        if now - self._last_alive_check < 0.3:
+            return None
+        self._last_alive_check = now
+        for s in self.states:
+            if s.pid is None or s.done or s.error:
+                continue
+            if _alive(s.pid):
+                s.dead_since = None
+            elif s.dead_since is None:
+                s.dead_since = now
+            elif now - s.dead_since > 1.0:
+                return s
+        return None
 
     def _limit(self, s: RankState) -> float:
         """Silence allowed: ``stall_timeout``; before a rank's first message (interpreter and

@@ -312,3 +312,29 @@ def test_cuda_reference_with_nccl() -> None:
     assert res.passed, (res.message, res.errors)
     assert all(r["process_group"] == "nccl" for r in res.ranks)
     assert all(r["device"].startswith("cuda") for r in res.ranks)
+
+
+def test_rank_killed_mid_run_is_reported_at_once() -> None:
+    """SIGKILL of one rank (no error report from it): the run stops long before the stall
+    timeout and names that rank."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sm120kit", "warmup", "run", "--dcp", "3", "--json",
+         "--inject-stall", "0:merge", "--stall-timeout", "300"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        launcher, ranks = _wait_tree(proc.pid, 3)
+        victim = next(p for p in ranks if "warmup_DCP2" in " ".join(p.cmdline()))
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        victim.kill()
+        out, err = proc.communicate(timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 2, err
+    d = json.loads(out)
+    assert d["status"] == "error" and "rank 2" in d["message"] and "died" in d["message"]
+    assert took < 30
+    assert _gone([p.pid for p in ranks + launcher])
