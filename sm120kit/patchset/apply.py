@@ -212,9 +212,19 @@ def apply_to_checkout(
 
     if existing:
         if all_in(states[existing]):
+            msg = f"already applied: branch {into} carries the series"
+            done = False
+            if checkout and not dry_run:
+                current = run_git(["symbolic-ref", "--quiet", "HEAD"], repo, check=False)
+                if current.stdout.strip() == f"refs/heads/{into}":
+                    done = True
+                else:
+                    ge.ensure_writable(repo, [p for pp in parsed for p in pp.paths()])
+                    done, note = _checkout(repo, into)
+                    msg += note
             return ApplyResult(
                 status="already-applied", commit=existing, patches=outcomes(states[existing], "?"),
-                message=f"already applied: branch {into} carries the series", **common,
+                checked_out=done, message=msg, **common,
             )
         raise UserError(
             f"branch {into} exists and does not carry the {variant.name} series",
@@ -284,18 +294,22 @@ def apply_to_checkout(
     checked_out = False
     msg = f"applied {len(todo)} patch(es) on {base_ref}: branch {into}"
     if checkout:
-        if ge.dirty_paths(repo):
-            msg += " (not checked out: the working tree changed meanwhile)"
-        else:
-            proc = run_git(["checkout", "-q", into], repo, check=False)
-            checked_out = proc.returncode == 0
-            msg += " (checked out)" if checked_out else (
-                f" (checkout failed: {proc.stderr.strip()[:120]})"
-            )
+        checked_out, note = _checkout(repo, into)
+        msg += note
     return ApplyResult(
         status="applied", commit=wa.commit, checked_out=checked_out, patches=result_patches,
         message=msg, **common,
     )
+
+
+def _checkout(repo: Path, branch: str) -> tuple[bool, str]:
+    """Check ``branch`` out when the tree is (still) clean: ``(done, note for the message)``."""
+    if ge.dirty_paths(repo):
+        return False, " (not checked out: the working tree has uncommitted changes)"
+    proc = run_git(["checkout", "-q", branch], repo, check=False)
+    if proc.returncode == 0:
+        return True, " (checked out)"
+    return False, f" (checkout failed: {proc.stderr.strip()[:120]})"
 
 
 def ge_dirs(repo: Path) -> tuple[Path, Path]:

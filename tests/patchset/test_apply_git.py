@@ -69,6 +69,10 @@ def test_apply_creates_branch_and_leaves_checkout_alone(
     rc, out, _ = _apply(capsys, "--branch", ALIAS, "--repo", str(checkout))
     assert rc == 0 and "already applied" in out
     assert state_fingerprint(checkout) == snap
+    # re-apply with --checkout: nothing to apply, but the branch is checked out
+    rc, doc = _json(capsys, "--branch", ALIAS, "--repo", str(checkout), "--checkout")
+    assert rc == 0 and doc["status"] == "already-applied" and doc["checked_out"] is True
+    assert git(checkout, "symbolic-ref", "--short", "HEAD").strip() == BRANCH
 
 
 def test_apply_discovers_checkout_from_cwd_and_checks_out(
