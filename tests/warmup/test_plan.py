@@ -217,3 +217,23 @@ def test_patch_series_warmup_hunk_uses_the_same_formula() -> None:
                                 decode_query_len=q,
                             )  # fmt: skip
                             assert got == exp, (variant, n, b, mml, mnbt, q)
+
+
+def test_planner_and_supervisor_never_import_torch() -> None:
+    """plan/vllm_args/config are pure; a CPU reference run keeps torch out of the supervisor."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "import sm120kit.warmup.plan, sm120kit.warmup.vllm_args, sm120kit.warmup.config\n"
+        "import sm120kit.cli.warmup\n"
+        "assert 'torch' not in sys.modules, 'planner imported torch'\n"
+        "from sm120kit.warmup.config import RunConfig\n"
+        "from sm120kit.warmup.runner import run_warmup\n"
+        "res = run_warmup(RunConfig(dcp=2))\n"
+        "assert res.passed, res.message\n"
+        "assert 'torch' not in sys.modules, 'supervisor imported torch'\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
