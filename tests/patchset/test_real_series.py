@@ -140,3 +140,19 @@ def test_export_mbox_applies_with_git_am(tmp_path: Path, capsys: pytest.CaptureF
     assert git(a, "rev-parse", "HEAD^{tree}") == git(b, "rev-parse", "sm120kit/dcp-vllm-0.33.0^{tree}")
     # refuses a non-empty directory
     assert run(["export", "--branch", "vllm-0.33.0", "-o", str(out)]) == 2
+
+
+def test_main_job_embedded_default(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The README's main-job command, outside any checkout: ./vllm-0.34.0-sm120kit, verified."""
+    monkeypatch.chdir(tmp_path)
+    rc = run(["apply", "--branch", "vllm-0.34.0"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    dest = tmp_path / "vllm-0.34.0-sm120kit"
+    assert "applied 6 patch(es)" in out.replace("\n", " ")
+    rc, v = _cli(capsys, "verify", "--repo", str(dest))
+    assert rc == 0 and v["status"] == "ok" and v["alias"] == "vllm-0.34.0"
+    rc, res = _cli(capsys, "apply", "--branch", "vllm-0.34.0")
+    assert rc == 0 and res["status"] == "already-applied"

@@ -186,3 +186,18 @@ def test_installed_is_delegated(
         assert rc == 2 and "not available in this build" not in err
     else:
         assert rc == 2 and "--installed is not available in this build" in err
+
+
+def test_pip_output_is_sent_to_stderr(capfd: pytest.CaptureFixture[str]) -> None:
+    """pip's download progress (a child writing to fd 1) must not reach stdout (--json)."""
+    import subprocess
+    import sys
+
+    from sm120kit.patchset.embedded import stdout_to_stderr
+
+    with stdout_to_stderr():
+        subprocess.run([sys.executable, "-c", "print('progress 50%')"], check=True)
+    print("after")
+    out, err = capfd.readouterr()
+    assert "progress 50%" in err and "progress 50%" not in out
+    assert "after" in out
