@@ -26,7 +26,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from sm120kit.errors import UserError
 
@@ -45,16 +45,35 @@ class _Capped(io.RawIOBase):
     def __init__(self, raw: IO[bytes], cap: int) -> None:
         self._raw = raw
         self._left = cap
+        self._err: BaseException | None = None
 
     def readable(self) -> bool:
         return True
 
     def read(self, n: int = -1) -> bytes:
+        if self._err is not None:
+            err, self._err = self._err, None
+            raise err
         if self._left <= 0:
             return b""
         if n is None or n < 0 or n > self._left:
             n = self._left
-        data = self._raw.read(n)
+        # small pieces: a truncated archive then still yields everything before the cut
+        parts: list[bytes] = []
+        got = 0
+        while got < n:
+            try:
+                piece = self._raw.read(min(n - got, 64 * 1024))
+            except READ_ERRORS as exc:
+                if not parts:
+                    raise
+                self._err = exc
+                break
+            if not piece:
+                break
+            parts.append(piece)
+            got += len(piece)
+        data = b"".join(parts)
         self._left -= len(data)
         return data
 
@@ -66,6 +85,31 @@ class _Capped(io.RawIOBase):
     def close(self) -> None:
         try:
             self._raw.close()
+        finally:
+            super().close()
+
+
+class _Owned(io.RawIOBase):
+    """A member's data stream that closes its own TarFile."""
+
+    def __init__(self, raw: Any, owner: tarfile.TarFile) -> None:
+        self._raw = raw
+        self._owner = owner
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int = -1) -> bytes:
+        return bytes(self._raw.read(n))
+
+    def readinto(self, b: Any) -> int:
+        data = self.read(len(b))
+        b[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        try:
+            self._owner.close()
         finally:
             super().close()
 
@@ -91,7 +135,8 @@ class Member:
 
     def open(self) -> IO[bytes]:
         raw = self._open()
-        return io.BufferedReader(_Capped(raw, self.size if self.size >= 0 else MAX_MEMBER), 1 << 20)
+        # unbuffered on purpose: a read that hits a truncated archive still returns its bytes
+        return cast(IO[bytes], _Capped(raw, self.size if self.size >= 0 else MAX_MEMBER))
 
 
 class BundleReader:
@@ -151,13 +196,26 @@ class BundleReader:
         if not self.members and not self.notes:
             raise UserError(f"{path}: the tarball is empty", hint="re-run `sm120kit collect`")
 
-    @staticmethod
-    def _tar_opener(tf: tarfile.TarFile, ti: tarfile.TarInfo) -> Any:
+    def _tar_opener(self, tf: tarfile.TarFile, ti: tarfile.TarInfo) -> Any:
+        path = self.path
+        offset = ti.offset_data
+
         def opener() -> IO[bytes]:
-            f = tf.extractfile(ti)
-            if f is None:
+            if ti.issparse():
+                f = tf.extractfile(ti)
+                if f is None:
+                    raise OSError(f"cannot read member {ti.name!r}")
+                return f
+            # a fresh decompressing handle per member: after a truncated archive broke the
+            # shared one, the members before the cut stay readable up to the cut
+            fresh = tarfile.open(path, mode="r:*")
+            raw = fresh.fileobj
+            if raw is None:
+                fresh.close()
                 raise OSError(f"cannot read member {ti.name!r}")
-            return f
+            raw.seek(offset)
+            return cast(IO[bytes], _Owned(raw, fresh))
+
         return opener
 
     def _walk_dir(self, root: Path) -> None:

@@ -129,6 +129,7 @@ class SignalHits:
     count: int = 0
     evidence: list[Evidence] = field(default_factory=list)
     procs: list[str] = field(default_factory=list)
+    values: set[str] = field(default_factory=set)  # the first named group of each match
 
 
 class LogAnalysis:
@@ -167,12 +168,15 @@ class LogAnalysis:
         m = _SOURCE_RANK.search(source.rsplit("/", 1)[-1])
         if m:
             self._source_default[source] = f"rank {int(m.group('r'))}"
-        for lineno, raw in scan(fh, stats=st):
-            self.feed_line(source, lineno, raw)
-        for lineno, raw in st.last_nccl.values():
-            self.feed_line(source, lineno, raw, tail_only=True)
-        self.sources.append({"source": source, "bytes": st.bytes_read, "lines": st.lines,
-                             "long_lines": st.long_lines, "nccl_lines_skipped": st.nccl_skipped})
+        try:
+            for lineno, raw in scan(fh, stats=st):
+                self.feed_line(source, lineno, raw)
+        finally:  # a truncated stream still reports what it read
+            for lineno, raw in st.last_nccl.values():
+                self.feed_line(source, lineno, raw, tail_only=True)
+            self.sources.append({"source": source, "bytes": st.bytes_read, "lines": st.lines,
+                                 "long_lines": st.long_lines,
+                                 "nccl_lines_skipped": st.nccl_skipped})
         return st
 
     def feed_lines(self, source: str, lines: Iterable[str]) -> None:
@@ -316,15 +320,7 @@ class LogAnalysis:
             m = _RANK_ASSIGN.search(msg) or _WORLD_RANK.search(msg)
             if m and p.rank is None and p.role in ("worker", "main"):
                 p.rank = int(m.group("r"))
-        for sid in match_signals(text):
-            h = self.signals.get(sid)
-            if h is None:
-                h = self.signals[sid] = SignalHits()
-            h.count += 1
-            if len(h.evidence) < MAX_SIGNAL_EVIDENCE:
-                h.evidence.append(ev)
-            if p.key not in h.procs and len(h.procs) < 64:
-                h.procs.append(p.key)
+        self._signals(text, p, ev)
 
     def _nccl(self, p: Proc, o: Origin, msg: str, ev: Evidence) -> None:
         if o.host and o.pid is not None:
@@ -357,13 +353,22 @@ class LogAnalysis:
             e = nccl_env(msg)
             if e and len(self.nccl_env) < 200:
                 self.nccl_env[e[0]] = e[1]
-        for sid in match_signals(msg):
-            h = self.signals.setdefault(sid, SignalHits())
+        self._signals(msg, p, ev)
+
+    def _signals(self, text: str, p: Proc, ev: Evidence) -> None:
+        for sid, m in match_signals(text):
+            h = self.signals.get(sid)
+            if h is None:
+                h = self.signals[sid] = SignalHits()
             h.count += 1
             if len(h.evidence) < MAX_SIGNAL_EVIDENCE:
                 h.evidence.append(ev)
             if p.key not in h.procs and len(h.procs) < 64:
                 h.procs.append(p.key)
+            if m.groupdict() and len(h.values) < 4096:
+                v = next((x for x in m.groupdict().values() if x is not None), None)
+                if v is not None:
+                    h.values.add(v)
 
     # -- results ----------------------------------------------------------------------------
     def finish(self) -> None:

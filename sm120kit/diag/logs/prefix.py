@@ -25,7 +25,7 @@ _PREFIX = re.compile(
 )
 _NCCL = re.compile(
     r"(?:\[[^\]]{4,40}\] )?(?P<host>[\w.-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
-    r"NCCL (?P<level>INFO|WARN|TRACE|VERSION|ABORT)\b ?"
+    r"(?:[\w./-]+:\d+ )?NCCL (?P<level>INFO|WARN|TRACE|VERSION|ABORT)\b ?"
 )
 _TORCH_RANK = re.compile(r"\[rank(?P<rank>\d+)\]:")
 _LEVEL = re.compile(

@@ -89,12 +89,14 @@ _COMPILED: tuple[tuple[str, str, re.Pattern[str]], ...] = tuple(
 SIGNAL_IDS: tuple[str, ...] = tuple(dict.fromkeys(sid for sid, _n, _r in _TABLE))
 
 
-def match_signals(line: str) -> list[str]:
-    """Ids of every signature that matches the line (usually none)."""
-    out: list[str] = []
+def match_signals(line: str) -> list[tuple[str, re.Match[str]]]:
+    """(id, match) of every signature that matches the line (usually none)."""
+    out: list[tuple[str, re.Match[str]]] = []
     for sid, needle, rx in _COMPILED:
-        if needle in line and rx.search(line):
-            out.append(sid)
+        if needle in line:
+            m = rx.search(line)
+            if m:
+                out.append((sid, m))
     return out
 
 

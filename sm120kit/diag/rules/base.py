@@ -91,6 +91,10 @@ class Context:
         h = self.logs.signals.get(sid)
         return list(h.evidence) if h else []
 
+    def values(self, sid: str) -> set[str]:
+        h = self.logs.signals.get(sid)
+        return set(h.values) if h else set()
+
     def count(self, sid: str) -> int:
         h = self.logs.signals.get(sid)
         return h.count if h else 0

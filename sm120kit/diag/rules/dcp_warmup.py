@@ -12,7 +12,6 @@ in kernel-warmup/autotune, DCP > 1.
 from __future__ import annotations
 
 from sm120kit.diag.logs.analyze import Evidence
-from sm120kit.diag.logs.signals import signal_match
 from sm120kit.diag.rules.base import Context, Finding, Rule
 
 _WARM = ("kernel-warmup", "autotune")
@@ -35,11 +34,7 @@ def check(ctx: Context) -> list[Finding]:
         return []
     if dcp <= 1 and not stack_warm:
         return []
-    loaded: set[int] = set()
-    for e in ctx.hits("sm120-autotune-loaded"):
-        m = signal_match("sm120-autotune-loaded", e.text)
-        if m:
-            loaded.add(int(m.group("rank")))
+    loaded = {int(v) for v in ctx.values("sm120-autotune-loaded") if v.isdigit()}
     ev: list[Evidence] = list(leader[:1]) + warm[:2]
     ev += [p.last for p in stuck[:4] if p.last is not None]
     if ctx.logs.shm_waits:

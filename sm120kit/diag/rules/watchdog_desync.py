@@ -10,13 +10,13 @@ from sm120kit.diag.logs.parsers import WatchdogRecord
 from sm120kit.diag.rules.base import Context, Finding, Rule
 
 
-def _merge(recs: list[tuple[WatchdogRecord, Evidence, str]]) -> dict[tuple[str, int], dict[str, object]]:
-    """(pg, rank) → the combined view of that rank's watchdog lines."""
-    out: dict[tuple[str, int], dict[str, object]] = {}
+def _merge(recs: list[tuple[WatchdogRecord, Evidence, str]]) -> dict[int, dict[str, object]]:
+    """rank → the combined view of that rank's watchdog lines (first PG named wins)."""
+    out: dict[int, dict[str, object]] = {}
     for r, ev, _k in recs:
         if r.rank is None:
             continue
-        d = out.setdefault((r.pg or "?", r.rank), {"ev": []})
+        d = out.setdefault(r.rank, {"ev": [], "pg": r.pg})
         for f in ("seq", "op", "numel_in", "numel_out", "timeout_ms", "last_enqueued",
                   "last_completed"):
             v = getattr(r, f)
@@ -38,7 +38,7 @@ def check(ctx: Context) -> list[Finding]:
     # the same PG, several ranks; some PG labels are per-rank ("PG 3 Rank 3"), so group the
     # ranks that timed out on the same SeqNum/op when PGs do not line up
     by_seq: dict[int, list[tuple[int, dict[str, object]]]] = defaultdict(list)
-    for (_pg, rank), d in view.items():
+    for rank, d in view.items():
         seq = d.get("seq")
         if isinstance(seq, int):
             by_seq[seq].append((rank, d))
@@ -66,7 +66,7 @@ def check(ctx: Context) -> list[Finding]:
                     "warmup) that changes the sequence of collectives."))
     # last enqueued < the timed-out seq on some rank: it never enqueued it
     lag = []
-    for (_pg, rank), d in view.items():
+    for rank, d in view.items():
         enq, sq = d.get("last_enqueued"), d.get("seq")
         if isinstance(enq, int) and isinstance(sq, int) and 0 <= enq < sq:
             lag.append((rank, d))

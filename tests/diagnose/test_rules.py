@@ -1,0 +1,253 @@
+"""Every rule on real-format log lines (tests/diagnose/lines.py), through ``diagnose()``.
+
+Scenario logs are assembled from the exact message formats of vLLM/torch/NCCL; each test also
+checks that the rule stays quiet where its mechanism is absent.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sm120kit.diag.diagnose import DiagnoseResult, diagnose
+from sm120kit.diag.rules import RULES
+from sm120kit.diag.rules.base import CATEGORIES
+
+from . import lines as L
+
+
+def _run(tmp_path: Path, rows: list[str], name: str = "vllm.log") -> DiagnoseResult:
+    p = tmp_path / name
+    p.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return diagnose([p])
+
+
+def _rules(res: DiagnoseResult) -> list[str]:
+    return [f.rule for f in res.findings]
+
+
+def test_registry_is_consistent() -> None:
+    assert len(RULES) >= 15
+    for r in RULES:
+        assert r.category in CATEGORIES and r.fix and r.needs and r.link
+
+
+def test_first_dead_rank_beats_later_timeouts(tmp_path: Path) -> None:
+    rows = L.startup(4, 1)
+    # rank 2 dies with OOM at t=100; later, the others time out in the watchdog
+    rows.append(f"(Worker_TP2 pid=402) ERROR {L.ts(100)} [multiproc_executor.py:650] WorkerProc hit an exception.")
+    rows.append("(Worker_TP2 pid=402) Traceback (most recent call last):")
+    rows.append('(Worker_TP2 pid=402)   File "/usr/lib/python3/site-packages/vllm/v1/worker/gpu_worker.py", line 312, in execute_model')
+    rows.append(f"(Worker_TP2 pid=402) {L.OOM.format(r=2)}")
+    rows.append(L.DIED.format(pid=300, ts=L.ts(101), r=2, code=1))
+    for r in (0, 1, 3):
+        rows.append(L.WD_24.format(r=r, seq=812, op="ALLREDUCE", nin=7340032, nout=7340032,
+                                   tmo=600000, ran=600051))
+    res = _run(tmp_path, rows)
+    assert res.exit_code == 1
+    top = res.findings[0]
+    assert top.rule in ("out-of-memory", "first-dead-rank")
+    dead = next(f for f in res.findings if f.rule == "first-dead-rank")
+    assert dead.category == "rank-crashed" and dead.ranks == [2]
+    assert "Worker_TP2" in dead.summary and "OutOfMemoryError" in dead.summary
+    assert any(e.line > 0 and "OutOfMemoryError" in e.text for e in dead.evidence)
+    oom = next(f for f in res.findings if f.rule == "out-of-memory")
+    assert oom.category == "out-of-memory"
+    rank2 = next(r for r in res.ranks if r["rank"] == 2)
+    assert rank2["exception"].startswith("torch.OutOfMemoryError")
+    assert rank2["died"] is not None and rank2["exit_code"] == 1
+
+
+def test_watchdog_disagreement_names_the_lagging_rank(tmp_path: Path) -> None:
+    rows = L.startup(4, 1)
+    for r in (0, 1, 3):
+        rows.append(L.WD_22.format(r=r, seq=158046, op="ALLREDUCE", nin=2867200, nout=2867200,
+                                   tmo=600000, ran=600027))
+        rows.append(L.WD_22_STATUS.format(r=r, seq=158046, enq=158046, done=158045))
+    rows.append(L.WD_22.format(r=2, seq=158045, op="ALLREDUCE", nin=2867200, nout=2867200,
+                               tmo=600000, ran=600020))
+    rows.append(L.WD_22_STATUS.format(r=2, seq=158045, enq=158045, done=158044))
+    res = _run(tmp_path, rows)
+    f = next(f for f in res.findings if f.rule == "watchdog-desync")
+    assert f.category == "collective-desync" and f.ranks == [2]
+    assert "158045" in f.summary
+
+
+def test_watchdog_size_mismatch(tmp_path: Path) -> None:
+    rows = [L.WD_24.format(r=0, seq=5730, op="BROADCAST", nin=64, nout=64, tmo=600000, ran=600100),
+            L.WD_24.format(r=1, seq=5730, op="BROADCAST", nin=24084544, nout=24084544, tmo=600000,
+                           ran=600100)]
+    res = _run(tmp_path, rows)
+    f = next(f for f in res.findings if "mismatch" in f.summary)
+    assert f.rule == "watchdog-desync" and f.ranks == [0, 1]
+
+
+def test_matching_watchdogs_point_at_transport_or_kernel(tmp_path: Path) -> None:
+    rows = L.startup(2, 1)
+    for r in (0, 1):
+        rows.append(L.WD_27_STATUS.format(r=r, seq=40231, enq=40231, done=40230))
+    res = _run(tmp_path, rows)
+    assert "watchdog-desync" not in _rules(res)
+    f = next(f for f in res.findings if f.rule == "all-ranks-in-collective")
+    assert f.category == "kernel-hang"
+
+
+def test_nccl_opcount_desync(tmp_path: Path) -> None:
+    rows = L.startup(4, 1)
+    for r in range(4):
+        rows.append(L.NCCL_COMM.format(pid=400 + r, tid=500 + r, r=r, n=4))
+    for op in range(200):
+        for r in range(4):
+            if r == 3 and op > 150:
+                continue  # rank 3 never launched the ops after 150
+            rows.append(L.NCCL_COLL.format(pid=400 + r, tid=500 + r, r=r, op=op, n=4))
+    rows.append(L.SHM_WAIT.format(pid=300, ts=L.ts(400)))
+    rows.append(L.SHM_WAIT.format(pid=300, ts=L.ts(460)))
+    res = _run(tmp_path, rows)
+    f = next(f for f in res.findings if f.rule == "nccl-opcount-desync")
+    assert f.ranks == [3] and "0x96" in f.summary
+
+
+def test_dcp_unsupported_both_messages(tmp_path: Path) -> None:
+    for msg in (L.DCP_LSE, L.DCP_REJECT):
+        rows = L.startup(8, 8)
+        rows += [f"(Worker_TP0_DCP0 pid=400) ERROR {L.ts(30)} [multiproc_executor.py:898] WorkerProc failed to start.",
+                 "(Worker_TP0_DCP0 pid=400) Traceback (most recent call last):",
+                 f"(Worker_TP0_DCP0 pid=400) {msg}"]
+        res = _run(tmp_path, rows)
+        top = res.findings[0]
+        assert top.rule == "dcp-unsupported" and top.category == "dcp-unsupported", res.findings
+        assert "sm120kit apply" in top.fix
+        assert res.config["dcp"] == 8 and res.config["tp"] == 8
+
+
+def test_dcp_warmup_stall(tmp_path: Path) -> None:
+    rows = L.startup(8, 8)
+    for r in range(8):
+        rows.append(L.KERNEL_WARMUP.format(name=L.worker(r, 8), pid=400 + r, ts=L.ts(200)))
+    rows.append(L.AUTOTUNE_LEADER.format(name=L.worker(0, 8), pid=400, ts=L.ts(201)))
+    for r in (1, 2, 3, 5, 6, 7):  # ranks 0 and 4 never got past the autotune barrier
+        rows.append(L.AUTOTUNE_LOADED.format(name=L.worker(r, 8), pid=400 + r, ts=L.ts(230), r=r))
+    for k in range(5):
+        rows.append(L.SHM_WAIT.format(pid=300, ts=L.ts(300 + 60 * k)))
+    res = _run(tmp_path, rows)
+    top = res.findings[0]
+    assert top.rule == "dcp-warmup-stall" and top.category == "dcp-warmup"
+    assert top.ranks == [0, 4] and "DCP=8" in top.summary
+    # the same log with DCP=1 is not a DCP warmup problem
+    rows1 = [r.replace("decode_context_parallel_size=8", "decode_context_parallel_size=1")
+             .replace("_DCP", "_XX") for r in rows]
+    res1 = _run(tmp_path, rows1, "dcp1.log")
+    assert "dcp-warmup-stall" not in _rules(res1)
+    assert res1.findings and res1.findings[0].category == "unknown"
+
+
+def test_healthy_startup_with_warmup_shm_waits_is_clean(tmp_path: Path) -> None:
+    rows = L.startup(2, 1)
+    rows.append(L.SHM_WAIT.format(pid=300, ts=L.ts(100)))
+    for r in range(2):
+        rows.append(L.GRAPH_DONE.format(name=L.worker(r), pid=400 + r, ts=L.ts(150)))
+    rows.append(f"(EngineCore_DP0 pid=300) INFO {L.ts(151)} [core.py:299] init engine (profile, create kv cache, warmup model) took 148.17 s")
+    res = _run(tmp_path, rows)
+    assert res.findings == [] and res.exit_code == 0
+    assert res.verdict.startswith("no problem found")
+
+
+def test_shared_memory(tmp_path: Path) -> None:
+    rows = L.startup(2, 1) + [L.NCCL_SHM_WARN.format(pid=400, tid=410, r=0)]
+    res = _run(tmp_path, rows)
+    f = next(f for f in res.findings if f.rule == "shared-memory")
+    assert f.category == "shared-memory" and "--ipc=host" in f.fix
+
+
+def test_p2p_transport(tmp_path: Path) -> None:
+    rows = L.startup(2, 1) + [L.NCCL_P2P_WARN.format(pid=401, tid=411, r=1)]
+    res = _run(tmp_path, rows)
+    assert next(f for f in res.findings if f.rule == "p2p-transport").category == "p2p-transport"
+    # stall right after NCCL init on P2P
+    rows = L.startup(2, 1)[:3] + [L.NCCL_P2P.format(pid=400 + r, tid=410 + r, r=r, peer=1 - r)
+                                  for r in (0, 1)]
+    rows += [L.SHM_WAIT.format(pid=300, ts=L.ts(100 + 60 * k)) for k in range(3)]
+    res = _run(tmp_path, rows, "p2p2.log")
+    assert "p2p-transport" in _rules(res)
+
+
+def test_library_version_kwarg(tmp_path: Path) -> None:
+    rows = L.startup(2, 1) + ["(Worker_TP0 pid=400) Traceback (most recent call last):",
+                              f"(Worker_TP0 pid=400) {L.KWARG}"]
+    res = _run(tmp_path, rows)
+    f = next(f for f in res.findings if f.rule == "library-version")
+    assert f.category == "library-version" and "FlashInfer" in f.summary
+
+
+def test_device_fault(tmp_path: Path) -> None:
+    rows = L.startup(2, 1) + ["(Worker_TP1 pid=401) Traceback (most recent call last):"]
+    rows += [f"(Worker_TP1 pid=401) {x}" for x in L.ILLEGAL.split("\n")]
+    res = _run(tmp_path, rows)
+    f = next(f for f in res.findings if f.rule == "device-fault")
+    assert f.category == "kernel-hang"
+
+
+def test_config_invalid(tmp_path: Path) -> None:
+    rows = [f"(APIServer pid=1) INFO {L.ts(0)} [utils.py:240] non-default args: {{'tensor_parallel_size': 6, 'decode_context_parallel_size': 4}}",
+            "(APIServer pid=1) Traceback (most recent call last):",
+            f"(APIServer pid=1) {L.DIVISIBLE}"]
+    res = _run(tmp_path, rows)
+    assert res.findings[0].category == "config-invalid"
+    assert res.config["tp"] == 6 and res.config["dcp"] == 4
+
+
+def test_timeouts_too_short(tmp_path: Path) -> None:
+    rows = L.startup(2, 1) + [L.JIT.format(name="Worker_TP1", pid=401, ts=L.ts(900)),
+                              L.RPC_TIMEOUT.format(pid=300, ts=L.ts(1200))]
+    res = _run(tmp_path, rows)
+    f = next(f for f in res.findings if f.rule == "timeout-too-short")
+    assert "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS" in f.fix
+    rows = L.startup(2, 1) + [L.ENGINE_READY_TIMEOUT.format(pid=1)]
+    res = _run(tmp_path, rows, "ready.log")
+    f = next(f for f in res.findings if f.rule == "timeout-too-short")
+    assert "VLLM_ENGINE_READY_TIMEOUT_S" in f.fix and "model-load" in f.summary
+
+
+def test_interposer_only_on_failed_runs(tmp_path: Path) -> None:
+    healthy = [L.PRELOAD.format(pid=1, ts=L.ts(0))] + L.startup(2, 1)
+    assert "interposer" not in _rules(_run(tmp_path, healthy))
+    stalled = healthy + [L.SHM_WAIT.format(pid=300, ts=L.ts(100 + 60 * k)) for k in range(3)]
+    res = _run(tmp_path, stalled, "stalled.log")
+    f = next(f for f in res.findings if f.rule == "interposer")
+    assert f.category == "interposer" and f.confidence <= 0.5
+
+
+def test_dcp_full_cudagraph(tmp_path: Path) -> None:
+    rows = L.startup(4, 4, cg="'FULL_AND_PIECEWISE'")
+    rows.append(f"(APIServer pid=1) INFO {L.ts(300)} [api_server.py:603] Starting vLLM server on http://0.0.0.0:8000")
+    rows.append('(APIServer pid=1) INFO:     127.0.0.1:50334 - "POST /v1/chat/completions HTTP/1.1" 200 OK')
+    for r in range(4):
+        rows.append(f"({L.worker(r, 4)} pid={400 + r}) INFO {L.ts(301)} [loggers.py:1] Engine 000: Avg prompt throughput: 1.0 tokens/s")
+    rows += [L.SHM_WAIT.format(pid=300, ts=L.ts(400 + 60 * k)) for k in range(3)]
+    rows.append(L.RPC_TIMEOUT.format(pid=300, ts=L.ts(700)))
+    res = _run(tmp_path, rows)
+    f = next(f for f in res.findings if f.rule == "dcp-full-cudagraph")
+    assert "PIECEWISE" in f.fix
+
+
+def test_v0_shm_wait_and_worker_death(tmp_path: Path) -> None:
+    rows = [L.SHM_WAIT_V0.format(pid=3106, ts="10-12 22:31:22"),
+            "ERROR 10-12 22:32:22 multiproc_worker_utils.py:116] Worker VllmWorkerProcess pid 3107 died, exit code: -6"]
+    res = _run(tmp_path, rows)
+    assert res.stalls["shm_broadcast_waits"] == 1
+    assert res.stalls["worker_deaths"][0]["exit_code"] == -6
+    assert res.findings and res.findings[0].category == "rank-crashed"
+
+
+def test_findings_sorted_and_json_shape(tmp_path: Path) -> None:
+    rows = L.startup(4, 1) + ["(Worker_TP1 pid=401) Traceback (most recent call last):",
+                              f"(Worker_TP1 pid=401) {L.OOM.format(r=1)}",
+                              L.SHM_WAIT.format(pid=300, ts=L.ts(200))]
+    d = _run(tmp_path, rows).to_dict()
+    confs = [f["confidence"] for f in d["findings"]]
+    assert confs == sorted(confs, reverse=True)
+    for f in d["findings"]:
+        assert set(f) >= {"rule", "category", "confidence", "summary", "evidence", "fix"}
+        assert 0 <= f["confidence"] <= 1 and f["category"] in CATEGORIES
+        for e in f["evidence"]:
+            assert set(e) == {"source", "line", "text"}
