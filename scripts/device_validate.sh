@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# GPU validation run (issue 8): doctor's NVML figures vs nvidia-smi, the CUDA/NCCL reference
+# warmup, vLLM's Triton DCP index helper vs the reference, and real CUDA hangs collected.
+# Usage on a GPU machine, from the repo root:  bash scripts/device_validate.sh OUTDIR
+# Optional inputs: .devcarry/vllm-*-py.tar.xz (a vLLM release's Python tree) and
+# .devcarry/flashinfer_python-*.whl (for doctor's FlashInfer checks with FlashInfer present).
+set -u
+OUT=${1:?usage: device_validate.sh OUTDIR}
+mkdir -p "$OUT/v"
+V=$OUT/v
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+PY=${PYTHON:-python3}
+step() { echo; echo "=== $* [$(date +%T)]"; }
+t() { local s=$(date +%s.%N); "$@"; local rc=$?; echo "rc=$rc wall=$(echo "$(date +%s.%N) - $s" | bc)s"; return $rc; }
+
+step facts
+nvidia-smi > "$V/nvidia-smi.txt" 2>&1
+nvidia-smi -q > "$V/nvidia-smi-q.txt" 2>&1
+nvidia-smi --query-gpu=index,name,uuid,pci.bus_id,memory.total,memory.used,driver_version,compute_cap,pcie.link.gen.current,pcie.link.gen.max,pcie.link.width.current,pcie.link.width.max,persistence_mode,ecc.mode.current,clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,power.draw,temperature.gpu,utilization.gpu --format=csv > "$V/nvsmi.csv" 2>&1
+cat "$V/nvsmi.csv"
+nvidia-smi topo -m > "$V/topo.txt" 2>&1
+$PY -c 'import torch,sys;print("torch",torch.__version__,"cuda",torch.version.cuda,"gpus",torch.cuda.device_count(),torch.cuda.get_device_capability(0))'
+
+step doctor
+t $PY -m sm120kit doctor --json > "$V/doctor.json"; echo "doctor rc=$?"
+t $PY -m sm120kit doctor --deep --layout --json > "$V/doctor-deep.json"; echo "doctor deep rc=$?"
+$PY -m sm120kit doctor > "$V/doctor.txt" 2>&1
+$PY -m sm120kit.facts.nvml --record "$V/nvml-record.json" > "$V/nvml-snapshot.json" 2> "$V/nvml-err.txt"
+if ls .devcarry/flashinfer_python-*.whl >/dev/null 2>&1; then
+  $PY -m pip install -q --no-index --no-deps --no-compile --target /tmp/fi .devcarry/flashinfer_python-*.whl
+  PYTHONPATH=/tmp/fi:${PYTHONPATH:-} t $PY -m sm120kit doctor --json > "$V/doctor-flashinfer.json"
+fi
+$PY scripts/compare_nvml.py "$V/nvml-snapshot.json" "$V/nvidia-smi-q.txt" "$V/nvsmi.csv" > "$V/nvml-compare.txt" 2>&1; cat "$V/nvml-compare.txt"
+
+step warmup
+t $PY -m sm120kit warmup run --device cuda --dcp 1 --json > "$V/warmup-cuda-dcp1.json"; tail -c 600 "$V/warmup-cuda-dcp1.json"
+for n in 2 4 8; do
+  t $PY -m sm120kit warmup run --device cuda --dist-backend gloo --dcp $n --merge both --json > "$V/warmup-cuda-gloo-dcp$n.json"
+  tail -c 400 "$V/warmup-cuda-gloo-dcp$n.json"
+done
+t $PY -m sm120kit warmup run --device cpu --dcp 8 --json > "$V/warmup-cpu-dcp8.json"
+
+step triton-crosscheck
+for tb in .devcarry/vllm-*-py.tar.xz; do
+  [ -f "$tb" ] || continue
+  d=/tmp/vtree-$(basename "$tb" -py.tar.xz); mkdir -p "$d"; tar -xJf "$tb" -C "$d"
+  SM120KIT_VLLM_TREE=$d t $PY -m pytest -q -rs tests/gpu -p no:cacheprovider 2>&1 | tail -5
+  PYTHONPATH=$PWD:$d:${PYTHONPATH:-} t $PY tests/gpu/crosscheck_dcp_index.py "$d" --cases 96 > "$V/crosscheck-$(basename "$d").json" 2> "$V/crosscheck-err.txt"
+  tail -c 800 "$V/crosscheck-$(basename "$d").json"; tail -5 "$V/crosscheck-err.txt"
+done
+
+step hang-sleep
+$PY scripts/gpu_hang_demo.py sleep --seconds 60 > "$V/hang-sleep.out" 2>&1 &
+HP=$!
+for i in $(seq 1 60); do grep -q ready "$V/hang-sleep.out" && break; sleep 0.5; done
+sleep 2
+t $PY -m sm120kit collect --attach $HP -o "$V/attach-sleep" --json > "$V/attach-sleep.json" 2> "$V/attach-sleep.err"
+kill $HP 2>/dev/null; wait $HP 2>/dev/null
+tail -c 1500 "$V/attach-sleep.json"
+
+step hang-nccl
+export TORCH_NCCL_DUMP_ON_TIMEOUT=1 TORCH_NCCL_TRACE_BUFFER_SIZE=2000 TORCH_NCCL_DEBUG_INFO_TEMP_FILE=$V/fr/nccl_trace_rank_
+mkdir -p "$V/fr"
+t $PY -m sm120kit collect --stall-timeout 8 --deadline 60 -o "$V/collect-nccl" --json -- $PY scripts/gpu_hang_demo.py nccl-delay --seconds 40 --timeout 10 > "$V/collect-nccl.json" 2> "$V/collect-nccl.err"
+tail -c 1500 "$V/collect-nccl.json"; tail -20 "$V/collect-nccl.err"
+ls -la "$V/fr" "$V"/collect-nccl/* 2>/dev/null | head -30
+unset TORCH_NCCL_DUMP_ON_TIMEOUT TORCH_NCCL_TRACE_BUFFER_SIZE TORCH_NCCL_DEBUG_INFO_TEMP_FILE
+
+step gpu-tests
+t $PY -m pytest -q -rs -m "gpu or sm120" -p no:cacheprovider tests 2>&1 | tail -15
+
+step pack
+tar -czf "$OUT/validate.tar.gz" -C "$OUT" v && rm -rf "$V"
+ls -la "$OUT"
