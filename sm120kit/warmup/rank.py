@@ -395,12 +395,12 @@ def rank_main(
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(res))
     tmp.replace(path)
-    rep.send("result", phase="verify", path=str(path))
     rep.log(
         "done: "
         + ", ".join(f"{k}={v['max_abs']:.2e}" for k, v in res["errors"].items())
         + f" in {res['total_s']:.2f}s"
     )
+    rep.send("result", phase="verify", path=str(path))
     try:
         import torch.distributed as dist
 
