@@ -1,0 +1,124 @@
+"""Benchmark ``sm120kit collect`` on a real 8-rank gloo job (tests/collect/gloo_job.py).
+
+1. **Stall → bundle.** The job stalls (rank 1 never enters an all_reduce); collect detects the
+   silence and writes the bundle. Reported: seconds from detection to the finished tarball
+   (target <= 10 s), as a ratio against an anchor measured in the same run: one sequential
+   plain ``py-spy dump`` of every rank (the least any stack collection can cost).
+2. **Overhead on a healthy run.** The same job in healthy mode (N all_reduces, then exit 0), run
+   bare and under ``collect`` alternately; ratio of median wall times (target <= 1.02).
+
+    python scripts/bench_collect.py [--world 8] [--repeats 3] [--steps 300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+JOB = ROOT / "tests" / "collect" / "gloo_job.py"
+
+
+def _collect(args: list[str], timeout: float = 300) -> tuple[float, subprocess.CompletedProcess[str]]:
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "sm120kit", "collect", *args], capture_output=True,
+                       text=True, timeout=timeout)
+    return time.monotonic() - t0, r
+
+
+def stall(world: int, out: Path) -> dict[str, float]:
+    wall, r = _collect(["-o", str(out), "--stall-timeout", "5", "--deadline", "30", "--json",
+                        "--", sys.executable, str(JOB), "--world", str(world), "--mode", "stall"])
+    if r.returncode != 1:
+        raise SystemExit(f"stall run failed (rc {r.returncode}):\n{r.stderr[-3000:]}")
+    res = json.loads(r.stdout)
+    return {"detect_to_bundle_s": float(res["detect_to_bundle_s"]), "wall_s": wall}
+
+
+def anchor_pyspy(world: int) -> float:
+    """Sequential plain py-spy dumps of every rank of a fresh stalled job."""
+    import psutil
+
+    from sm120kit.diag.stacks import py_spy_path
+
+    exe = py_spy_path()
+    if exe is None:
+        raise SystemExit("py-spy is not installed")
+    p = subprocess.Popen([sys.executable, str(JOB), "--world", str(world), "--mode", "stall"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         start_new_session=True)
+    try:
+        seen = 0
+        assert p.stdout is not None
+        for line in p.stdout:
+            if "entering all_reduce" in line or "skipping the next" in line:
+                seen += 1
+                if seen == world:
+                    break
+        ranks = [c.pid for c in psutil.Process(p.pid).children(recursive=True)
+                 if " ".join(c.cmdline()).startswith("VLLM::Worker_TP")]
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        for pid in ranks:
+            subprocess.run([exe, "dump", "--pid", str(pid)], capture_output=True, timeout=30)
+        return time.monotonic() - t0
+    finally:
+        import os
+        import signal
+
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+
+
+def healthy(world: int, steps: int, repeats: int, out: Path) -> dict[str, float]:
+    job = [sys.executable, str(JOB), "--world", str(world), "--mode", "healthy", "--steps",
+           str(steps), "--step-sleep", "0.01"]
+    bare: list[float] = []
+    under: list[float] = []
+    for _ in range(repeats):
+        t0 = time.monotonic()
+        r = subprocess.run(job, capture_output=True, text=True, timeout=300)
+        bare.append(time.monotonic() - t0)
+        if r.returncode != 0:
+            raise SystemExit(f"bare healthy run failed:\n{r.stderr[-2000:]}")
+        wall, rc = _collect(["-o", str(out), "--"] + job)
+        if rc.returncode != 0:
+            raise SystemExit(f"collect healthy run failed:\n{rc.stderr[-2000:]}")
+        under.append(wall)
+    return {"bare_median_s": statistics.median(bare), "collect_median_s": statistics.median(under),
+            "bare_all": bare, "collect_all": under}  # type: ignore[dict-item]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--world", type=int, default=8)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=300)
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-collect-") as tmp:
+        out = Path(tmp)
+        anchor = anchor_pyspy(a.world)
+        st = stall(a.world, out / "stall")
+        h = healthy(a.world, a.steps, a.repeats, out / "healthy")
+    d2b = st["detect_to_bundle_s"]
+    ratio = h["collect_median_s"] / h["bare_median_s"]
+    print(f"world={a.world}")
+    print(f"anchor: sequential plain py-spy dump of {a.world} ranks: {anchor:.3f} s")
+    print(f"stall: detection -> finished bundle {d2b:.2f} s  (x{d2b / anchor:.1f} the anchor; "
+          f"target <= 10 s: {'ok' if d2b <= 10 else 'MISSED'})")
+    print(f"healthy: bare median {h['bare_median_s']:.2f} s, under collect "
+          f"{h['collect_median_s']:.2f} s -> ratio {ratio:.3f} (target <= 1.02: "
+          f"{'ok' if ratio <= 1.02 else 'MISSED'})")
+    print(f"  bare runs {[round(x, 2) for x in h['bare_all']]}, collect runs "  # type: ignore[union-attr]
+          f"{[round(x, 2) for x in h['collect_all']]}")  # type: ignore[union-attr]
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
