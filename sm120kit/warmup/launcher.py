@@ -49,6 +49,7 @@ def main(argv: list[str]) -> int:
     from sm120kit.warmup.rank import rank_main
 
     children: list[int] = []
+
     def on_term(*_: object) -> None:
         _kill_children(children)
         os._exit(143)
