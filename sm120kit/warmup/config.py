@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from sm120kit.errors import UserError
@@ -56,7 +56,6 @@ class RunConfig:
     threshold: float | None = None
     seed: int = 0
     softmax_scale: float | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ derived
     @property
