@@ -258,10 +258,15 @@ def test_cli_json_run_and_plan() -> None:
 
 
 def test_torchrun_mode() -> None:
+    import socket
+
     env = dict(os.environ, OMP_NUM_THREADS="1")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = str(sock.getsockname()[1])
     r = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-         "--master-port", "29617", "-m", "sm120kit", "warmup", "run", "--json"],
+         "--master-port", port, "-m", "sm120kit", "warmup", "run", "--json"],
         capture_output=True, text=True, timeout=120, env=env,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr[-2000:]
