@@ -355,7 +355,9 @@ class PortResult:
 
     @property
     def exit_code(self) -> int:
-        return ExitCode.FAILURE if self.status == "conflict" else ExitCode.OK
+        if self.status == "conflict":
+            return ExitCode.FAILURE
+        return ExitCode.FINDINGS if self.status == "would-port" else ExitCode.OK
 
     @property
     def branch(self) -> str | None:

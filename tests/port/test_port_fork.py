@@ -71,6 +71,11 @@ def test_drifted_fork_ports_cleanly_and_verifies(drift, tmp_path: Path,  # type:
     assert_no_release_blobs(fork)
     assert_git_am_fails(fork, tmp_path)
     head = git(fork, "rev-parse", "HEAD").strip()
+    state = snapshot_repo_state(fork, include_files=True)
+    rc, doc, err = cli(capsys, "apply", "--branch", ALIAS, "--repo", str(fork), "--base", "main",
+                       "--from", ALIAS, "--dry-run", "--json")
+    assert rc == 1 and doc["status"] == "would-port", err  # dry run: ports, creates nothing
+    assert snapshot_repo_state(fork, include_files=True) == state
 
     rc, doc, err = cli(capsys, "apply", "--branch", ALIAS, "--repo", str(fork), "--base", "main",
                        "--from", ALIAS, "--json")
