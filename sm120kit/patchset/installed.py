@@ -282,22 +282,11 @@ def check_preimage(inst: InstalledVllm, files: list[str], *, allow_download: boo
 # dry run of the series on copies
 
 
-_GIT_ENV = {
-    "GIT_AUTHOR_NAME": "sm120kit",
-    "GIT_AUTHOR_EMAIL": "sm120kit@localhost",
-    "GIT_COMMITTER_NAME": "sm120kit",
-    "GIT_COMMITTER_EMAIL": "sm120kit@localhost",
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_TERMINAL_PROMPT": "0",
-}
-
-
 def _git(args: list[str], cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
-    env.update(_GIT_ENV)
-    for var in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):
-        env.pop(var, None)
-    proc = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True)
+    """The engine's isolated git runner (no hooks, no system config) with a fixed identity."""
+    from sm120kit.patchset.gitcmd import AM_CONFIG, run_git
+
+    proc = run_git(args, cwd, check=False, config=AM_CONFIG)
     if check and proc.returncode != 0:
         raise UserError(f"git {args[0]} failed in {cwd}: {(proc.stderr or proc.stdout).strip()[:400]}")
     return proc
@@ -324,7 +313,6 @@ def apply_series_to_copies(originals: dict[str, bytes], variant: Variant) -> dic
     with tempfile.TemporaryDirectory(prefix="sm120kit-dry-") as tmp:
         repo = Path(tmp)
         _git(["init", "-q", "-b", "main"], repo)
-        _git(["config", "core.autocrlf", "false"], repo)
         for rel, data in originals.items():
             p = repo / rel
             p.parent.mkdir(parents=True, exist_ok=True)
