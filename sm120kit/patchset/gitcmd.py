@@ -36,6 +36,8 @@ AM_CONFIG: tuple[str, ...] = (
     "-c", f"user.email={COMMITTER[1]}",
     "-c", "am.threeWay=false",
     "-c", "am.keepcr=false",
+    "-c", "am.messageid=false",
+    "-c", "mailinfo.scissors=false",
     "-c", "commit.gpgSign=false",
     "-c", "core.autocrlf=false",
 )

@@ -187,7 +187,10 @@ def throwaway_worktree(
 def run_am(wt: Path, patch_files: Sequence[Path], env: dict[str, str] | None = None) -> AmOutcome:
     """``git am -3`` the files in ``wt``; on failure the am session is left for diagnosis."""
     proc = run_git(
-        ["am", "-3", "--keep-non-patch", "--no-gpg-sign", *[str(p) for p in patch_files]],
+        # --committer-date-is-author-date: the same series on the same base gives the same
+        # commit ids on every machine (the committer identity is fixed too)
+        ["am", "-3", "--keep-non-patch", "--no-gpg-sign", "--committer-date-is-author-date",
+         *[str(p) for p in patch_files]],
         wt,
         check=False,
         env=env,

@@ -72,6 +72,11 @@ def test_apply_status_verify_reapply(
     assert res["status"] == "applied" and res["checked_out"] is True
     assert [p["state"] for p in res["patches"]] == ["applied"] * 6
     assert git(repo, "rev-list", "--count", f"v{version}..HEAD").strip() == "6"
+    # reproducible: the same series on the same release gives the same commit everywhere
+    other = _clone(version, tmp_path / "again")
+    assert run(["apply", "--branch", alias, "--repo", str(other), "--json"]) == 0
+    capsys.readouterr()
+    assert git(other, "rev-parse", f"sm120kit/dcp-{alias}") == git(repo, "rev-parse", "HEAD")
     rc, st = _cli(capsys, "status", "--repo", str(repo))
     assert rc == 0 and st["summary"] == "applied"
     assert [p["state"] for p in st["patches"]] == ["applied"] * 6
