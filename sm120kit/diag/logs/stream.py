@@ -55,42 +55,50 @@ def _nccl_key(line: bytes) -> bytes | None:
     return head[: c + 1]
 
 
-def _scan_block(buf: bytes, base: int, st: StreamStats) -> list[tuple[int, bytes]]:
-    """Lines of one block of complete lines (``buf`` ends with ``\\n``) that need parsing."""
-    n_nccl = buf.count(NCCL_INFO)
-    if n_nccl == 0:
+def _scan_block(buf: bytes, base: int, st: StreamStats) -> tuple[list[tuple[int, bytes]], int]:
+    """(lines that need parsing, number of lines) of a block of complete lines."""
+    if NCCL_INFO not in buf:
         lines = buf.split(b"\n")
         lines.pop()
-        return [(base + i, ln) for i, ln in enumerate(lines, 1)]
+        return [(base + i, ln) for i, ln in enumerate(lines, 1)], len(lines)
     n_lines = buf.count(b"\n")
-    # occurrences are not lines (one line may hold two), so always filter: ~50 ns per line
-    lines = buf.split(b"\n")
-    lines.pop()
-    out = [(base + i, ln) for i, ln in enumerate(lines, 1) if NCCL_INFO not in ln]
-    n_nccl = n_lines - len(out)
-    # kept NCCL lines, located with find() over the block
-    starts: set[int] = set()
-    for k in NCCL_KEEP:
-        pos = buf.find(k)
-        while pos >= 0:
-            s = buf.rfind(b"\n", 0, pos) + 1
-            e = buf.find(b"\n", pos)
-            if NCCL_INFO in buf[s:e]:
-                starts.add(s)
-            pos = buf.find(k, e)
+    n_coll = buf.count(b": opCount ")
+    if n_coll == n_lines and buf.count(NCCL_INFO) == n_lines:
+        # a pure NCCL_DEBUG_SUBSYS=COLL flood: every line is one COLL trace, nothing to keep.
+        # Three C-speed counts instead of splitting (only a line holding two glued NCCL traces
+        # next to a non-NCCL line with equal counts could fool this)
+        out: list[tuple[int, bytes]] = []
+        n_nccl = n_lines
+    else:
+        lines = buf.split(b"\n")
+        lines.pop()
+        # occurrences are not lines (one line may hold two), so filter per line
+        out = [(base + i, ln) for i, ln in enumerate(lines, 1) if NCCL_INFO not in ln]
+        n_nccl = n_lines - len(out)
     kept = 0
-    if starts:
-        prev, lineno = 0, base + 1
-        for s in sorted(starts):
-            lineno += buf.count(b"\n", prev, s)
-            prev = s
-            e = buf.find(b"\n", s)
-            out.append((lineno, buf[s:e]))
-            key = _nccl_key(buf[s:e])
-            if key is not None and key not in st.last_nccl:
-                st.last_nccl[key] = (lineno, buf[s:e])
-            kept += 1
-        out.sort(key=lambda x: x[0])
+    # the keep-literal searches are needed only when some NCCL line is not a COLL trace
+    if n_coll != n_nccl:
+        starts: set[int] = set()
+        for k in NCCL_KEEP:
+            pos = buf.find(k)
+            while pos >= 0:
+                s = buf.rfind(b"\n", 0, pos) + 1
+                e = buf.find(b"\n", pos)
+                if NCCL_INFO in buf[s:e]:
+                    starts.add(s)
+                pos = buf.find(k, e)
+        if starts:
+            prev, lineno = 0, base + 1
+            for s in sorted(starts):
+                lineno += buf.count(b"\n", prev, s)
+                prev = s
+                e = buf.find(b"\n", s)
+                out.append((lineno, buf[s:e]))
+                key = _nccl_key(buf[s:e])
+                if key is not None and key not in st.last_nccl:
+                    st.last_nccl[key] = (lineno, buf[s:e])
+                kept += 1
+            out.sort(key=lambda x: x[0])
     st.nccl_skipped += n_nccl - kept
     # last line of every known NCCL process in this block
     last_nl = len(buf)
@@ -104,7 +112,7 @@ def _scan_block(buf: bytes, base: int, st: StreamStats) -> list[tuple[int, bytes
             continue
         lineno = base + n_lines - buf.count(b"\n", e, last_nl) + 1
         st.last_nccl[key] = (lineno, buf[s:e])
-    return out
+    return out, n_lines
 
 
 def scan(
@@ -138,12 +146,12 @@ def scan(
         else:
             head = None
         if buf:
-            for lineno, line in _scan_block(buf, base, st):
+            rows, n = _scan_block(buf, base, st)
+            for lineno, line in rows:
                 if len(line) > max_line:
                     st.long_lines += 1
                     line = line[:max_line]
                 yield lineno, (line[:-1] if line.endswith(b"\r") else line)
-            n = buf.count(b"\n")
             base += n
             st.lines += n
         if head is not None:
