@@ -17,6 +17,7 @@ from sm120kit.diag.bundle_read import READ_ERRORS, BundleReader, looks_like_tar
 from sm120kit.diag.logs.analyze import LogAnalysis
 from sm120kit.diag.rules import run_rules
 from sm120kit.diag.rules.base import BundleFacts, Context, Finding, StackView
+from sm120kit.diag.rules.watchdog_desync import watchdog_by_rank
 from sm120kit.errors import ExitCode, UserError
 
 _COLLECTIVE = frozenset({
@@ -207,6 +208,16 @@ def diagnose(paths: list[Path | str]) -> DiagnoseResult:
                 kinds.add("bundle" if bundle else "logs")
                 if bundle:
                     facts = load_bundle_facts(br)
+                    tl = facts.timeline or {}
+                    if tl.get("reason"):
+                        notes.append(f"{p.name}: collect snapshot reason: {tl.get('reason')} "
+                                     f"(stall kind {tl.get('stall_kind')}, phase "
+                                     f"{tl.get('current_phase')})")
+                    bad = [c for c in facts.collectors
+                           if c.get("status") in ("error", "timeout")]
+                    for c in bad[:6]:
+                        notes.append(f"{p.name}: collector {c.get('name')} {c.get('status')}: "
+                                     f"{str(c.get('error'))[:160]}")
                     notes += [f"{p.name}: {n}" for n in br.notes if f"{p.name}: {n}" not in notes]
                 for name in br.log_members():
                     try:
@@ -275,10 +286,19 @@ def _result(inputs: list[str], kind: str, an: LogAnalysis, facts: BundleFacts | 
     procs = sorted(an.procs.values(), key=lambda p: (
         {"api-server": 0, "engine-core": 1, "worker": 2}.get(p.role, 3),
         p.rank if p.rank is not None else 1 << 30, p.pid or 0))
+    wd = watchdog_by_rank(an.watchdog)
     for p in procs:
         d = p.to_dict()
         d["last_time"] = fmt_t(p.last_t)
+        w = wd.get(p.rank) if p.rank is not None and p.role == "worker" else None
+        d["watchdog"] = {k: v for k, v in w.items() if k != "ev"} if w else None
         ranks.append(d)
+    # ranks that only torch watchdog lines name (no process of theirs in the log)
+    seen = {p.rank for p in procs if p.role == "worker"}
+    for r, w in sorted(wd.items()):
+        if r not in seen:
+            ranks.append({"process": None, "role": "worker", "rank": r, "pid": None,
+                          "phase": None, "watchdog": {k: v for k, v in w.items() if k != "ev"}})
     phases = []
     for ph, t, src in an.global_tracker.timeline:
         ev = an.phase_ev.get(ph)
@@ -301,6 +321,7 @@ def _result(inputs: list[str], kind: str, an: LogAnalysis, facts: BundleFacts | 
         "worker_deaths": [{"proc": d.proc, "rank": d.rank, "exit_code": d.exit_code,
                            "evidence": e.to_dict()} for d, e, _k in an.deaths[:10]],
         "nccl_warnings": an.nccl_warn_count,
+        "nccl_warning_lines": [e.to_dict() for e in an.nccl_warns[:5]],
         "nccl_transports": {k: sorted(v) for k, v in an.transports.items()},
         "nccl_env": an.nccl_env,
         "stacks": [{"pid": s.pid, "label": s.label, "rank": s.rank, "top": s.top,

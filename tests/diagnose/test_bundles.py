@@ -231,3 +231,17 @@ def test_directory_of_per_rank_logs_with_symlink(tmp_path: Path) -> None:
     f = next(f for f in res.findings if f.rule == "watchdog-desync")
     assert f.ranks == [1]
     assert json.loads(json.dumps(res.to_dict()))["findings"][0]["rule"]
+
+
+def test_doctor_failures_are_config_context_only_on_failed_runs(tmp_path: Path) -> None:
+    b = _write_bundle(tmp_path)
+    b.write_json("doctor.json", {"checks": [
+        {"id": "host.shm", "area": "host", "status": "fail", "summary": "/dev/shm is 64 MiB",
+         "fix": "docker run --ipc=host"},
+        {"id": "gpu.nvml", "area": "gpu", "status": "fail", "summary": "no NVIDIA driver"},
+        {"id": "nccl.env", "area": "nccl", "status": "ok", "summary": "fine"}]})
+    res = diagnose([b.root])
+    docs = [f for f in res.findings if f.rule == "doctor-check"]
+    assert [f.category for f in docs] == ["shared-memory"]
+    assert docs[0].confidence <= 0.5 and docs[0].fix == "docker run --ipc=host"
+    assert res.findings[0].rule != "doctor-check"

@@ -178,3 +178,21 @@ def test_parsers_never_raise_on_text(s: str) -> None:
     worker_death(s)
     exception_line(s)
     VersionScan().feed(s)
+
+
+def test_pure_coll_blocks_keep_last_line_per_rank_and_line_numbers() -> None:
+    """A block made only of COLL traces takes the count-only path; the last opCount of every
+    rank and the line numbers of later lines must stay exact."""
+    head = [L.NCCL_COMM.format(pid=100 + r, tid=200 + r, r=r, n=4) for r in range(4)]
+    coll = [L.NCCL_COLL.format(pid=100 + r, tid=200 + r, r=r, op=i, n=4)
+            for i in range(20000) for r in range(4) if not (r == 2 and i > 15000)]
+    tail = ["(Worker_TP0 pid=100) INFO 05-15 05:00:00 [x.py:1] after the flood"]
+    data = ("\n".join(head + coll + tail) + "\n").encode()
+    st = StreamStats()
+    got = list(scan(io.BytesIO(data), block=1 << 16, stats=st))
+    ref = dict(_reference(data, 1 << 20))
+    assert got[-1] == (len(head) + len(coll) + 1, tail[0].encode())
+    assert all(ref[n] == t for n, t in got)
+    last = {k.decode(): t.decode() for k, (_n, t) in st.last_nccl.items()}
+    assert "opCount 3a98 " in last["node-01:102:"] and "opCount 4e1f " in last["node-01:103:"]
+    assert all(ref[n] == t for n, t in st.last_nccl.values())

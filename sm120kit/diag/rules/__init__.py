@@ -13,6 +13,7 @@ from sm120kit.diag.rules import (
     dcp_unsupported,
     dcp_warmup,
     device_fault,
+    doctor_checks,
     first_dead_rank,
     flight_recorder,
     interposer,
@@ -49,6 +50,7 @@ RULES: tuple[Rule, ...] = (
     p2p_transport.RULE,
     dcp_cudagraph.RULE,
     interposer.RULE,
+    doctor_checks.RULE,
     stall_unexplained.RULE,
 )
 assert all(r.category in CATEGORIES for r in RULES)

@@ -10,14 +10,14 @@ from sm120kit.diag.logs.parsers import WatchdogRecord
 from sm120kit.diag.rules.base import Context, Finding, Rule
 
 
-def _merge(recs: list[tuple[WatchdogRecord, Evidence, str]]) -> dict[int, dict[str, object]]:
+def watchdog_by_rank(recs: list[tuple[WatchdogRecord, Evidence, str]]) -> dict[int, dict[str, object]]:
     """rank → the combined view of that rank's watchdog lines (first PG named wins)."""
     out: dict[int, dict[str, object]] = {}
     for r, ev, _k in recs:
         if r.rank is None:
             continue
         d = out.setdefault(r.rank, {"ev": [], "pg": r.pg})
-        for f in ("seq", "op", "numel_in", "numel_out", "timeout_ms", "last_enqueued",
+        for f in ("seq", "op", "numel_in", "numel_out", "timeout_ms", "ran_ms", "last_enqueued",
                   "last_completed"):
             v = getattr(r, f)
             if v is not None and d.get(f) is None:
@@ -33,7 +33,7 @@ def check(ctx: Context) -> list[Finding]:
     recs = ctx.logs.watchdog
     if not recs:
         return []
-    view = _merge(recs)
+    view = watchdog_by_rank(recs)
     out: list[Finding] = []
     # the same PG, several ranks; some PG labels are per-rank ("PG 3 Rank 3"), so group the
     # ranks that timed out on the same SeqNum/op when PGs do not line up
