@@ -205,7 +205,10 @@ def test_warmup_prompt_from_dcp_and_block_size(patched: Patched) -> None:
     def runner(dcp: int, *specs: object) -> types.SimpleNamespace:
         groups = [types.SimpleNamespace(kv_cache_spec=s) for s in specs]
         return types.SimpleNamespace(
-            dcp_size=dcp, max_model_len=65536, max_num_tokens=8192,
+            vllm_config=types.SimpleNamespace(
+                parallel_config=types.SimpleNamespace(decode_context_parallel_size=dcp)),
+            scheduler_config=types.SimpleNamespace(max_num_batched_tokens=8192),
+            max_model_len=65536,
             kv_cache_config=types.SimpleNamespace(kv_cache_groups=groups))
 
     g = ns["_runner_dcp_decode_prompt_len"]
