@@ -201,3 +201,33 @@ def test_pip_output_is_sent_to_stderr(capfd: pytest.CaptureFixture[str]) -> None
     out, err = capfd.readouterr()
     assert "progress 50%" in err and "progress 50%" not in out
     assert "after" in out
+
+
+def test_verify_on_mini_series_and_missing_base(
+    mini_series: MiniSeries, checkout: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(["apply", "--branch", ALIAS, "--repo", str(checkout), "--checkout"]) == 0
+    capsys.readouterr()
+    rc, v = _cli(capsys, "verify", "--repo", str(checkout))  # alias from the result branch name
+    assert rc == 0 and v["alias"] == ALIAS and v["status"] == "ok"
+    assert [f["status"] for f in v["files"]] == ["ok", "ok"]
+    git(checkout, "tag", "-d", "v0.34.0")
+    rc = run(["verify", "--repo", str(checkout)])
+    _, err = capsys.readouterr()
+    assert rc == 2 and "base ref v0.34.0 is not in" in err and "git fetch origin tag v0.34.0" in err
+    rc, v = _cli(capsys, "verify", "--repo", str(checkout), "--base", "HEAD~3")
+    assert rc == 0 and v["base"] == "HEAD~3"
+
+
+def test_apply_installed_is_delegated(mini_series: MiniSeries, tmp_path: Path,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.util
+
+    rc = run(["apply", "--installed", "--branch", ALIAS, "--python", str(tmp_path / "nope"),
+              "--state-dir", str(tmp_path / "s"), "--dry-run"])
+    _, err = capsys.readouterr()
+    assert rc == 2
+    if importlib.util.find_spec("sm120kit.patchset.installed") is None:
+        assert "--installed is not available in this build" in err
+    else:
+        assert "not available in this build" not in err and err.startswith("error:")
