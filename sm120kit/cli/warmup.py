@@ -109,6 +109,14 @@ def _under_torchrun() -> bool:
 @click.option("--dcp", type=int, default=None, help="DCP ranks to spawn (torchrun: WORLD_SIZE).")
 @click.option("--backend", type=click.Choice(["reference", "flashinfer"]), default="reference")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu")
+@click.option(
+    "--dist-backend",
+    type=click.Choice(["auto", "nccl", "gloo"]),
+    default="auto",
+    show_default=True,
+    help="Collectives: auto = NCCL on cuda (one GPU per rank), gloo on cpu; gloo with --device "
+    "cuda lets several ranks share a GPU (host-staged collectives).",
+)
 @click.option("--plan", "plan_name", type=click.Choice(["fixed", "unpatched"]), default="fixed")
 @click.option("--heads-per-rank", type=int, default=8, show_default=True)
 @click.option("--topk", type=int, default=2048, show_default=True)
@@ -143,6 +151,7 @@ def run_cmd(
     dcp: int | None,
     backend: str,
     device: str,
+    dist_backend: str,
     plan_name: str,
     heads_per_rank: int,
     topk: int,
@@ -188,6 +197,7 @@ def run_cmd(
         dcp=int(n),
         backend=backend,
         device=device,
+        dist_backend=dist_backend,
         plan=plan_name,
         heads_per_rank=heads_per_rank,
         topk=topk,

@@ -28,6 +28,37 @@ def _noop(name: str) -> None:
     return None
 
 
+def _host_staged() -> bool:
+    """gloo ranks computing on a GPU: collectives run on host copies (gloo has no CUDA
+    reduce-scatter / all-to-all). This is how several DCP ranks share one GPU, where NCCL refuses
+    two ranks on one device."""
+    import torch.distributed as dist
+
+    return dist.is_initialized() and dist.get_backend() == "gloo"
+
+
+def _run(fn: Callable[..., object], out: torch.Tensor, inp: torch.Tensor, **kw: object) -> None:
+    """``fn(out, inp, **kw)``, through host buffers when :func:`_host_staged` and on CUDA."""
+    if out.device.type == "cpu" or not _host_staged():
+        fn(out, inp, **kw)
+        return
+    host_out = out.new_empty(out.shape, device="cpu")
+    fn(host_out, inp.cpu(), **kw)
+    out.copy_(host_out)
+
+
+def all_reduce_sum(x: torch.Tensor) -> None:
+    """In-place SUM all-reduce (host-staged for gloo on CUDA)."""
+    import torch.distributed as dist
+
+    if x.device.type == "cpu" or not _host_staged():
+        dist.all_reduce(x)
+        return
+    h = x.cpu()
+    dist.all_reduce(h)
+    x.copy_(h)
+
+
 def all_gather_cat(x: torch.Tensor, world: int, *, before: Hook = _noop, name: str) -> torch.Tensor:
     """``[N, *x.shape]`` from every rank's ``x`` (``all_gather_into_tensor``)."""
     import torch
@@ -37,7 +68,7 @@ def all_gather_cat(x: torch.Tensor, world: int, *, before: Hook = _noop, name: s
     # torch >= 2.12 names it all_gather_single (all_gather_into_tensor is its deprecated alias)
     gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
     before(name)
-    gather(flat, x.contiguous().view(-1))
+    _run(gather, flat, x.contiguous().view(-1))
     return flat.view(world, *x.shape)
 
 
@@ -68,7 +99,7 @@ def merge_ag_rs(
     res = torch.empty((hp, *moved.shape[1:]), dtype=moved.dtype, device=moved.device)
     scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
     before("reduce_scatter(out)")
-    scatter(res, moved, op=dist.ReduceOp.SUM)
+    _run(scatter, res, moved, op=dist.ReduceOp.SUM)
     return res.movedim(0, 1).contiguous(), glse[:, rank * hp : (rank + 1) * hp]
 
 
@@ -92,7 +123,7 @@ def merge_a2a(
     send[..., d] = lse.float().reshape(t, world, hp).permute(1, 0, 2)
     recv = torch.empty_like(send)
     before("all_to_all(out+lse)")
-    dist.all_to_all_single(recv.view(-1), send.view(-1))
+    _run(dist.all_to_all_single, recv.view(-1), send.view(-1))
     return R.weighted_combine(recv[..., :d], recv[..., d], base)
 
 

@@ -56,6 +56,7 @@ class RunConfig:
     threshold: float | None = None
     seed: int = 0
     softmax_scale: float | None = None
+    dist_backend: str = "auto"  # auto (nccl on cuda, gloo on cpu) | nccl | gloo
 
     # ------------------------------------------------------------------ derived
     @property
@@ -103,6 +104,13 @@ class RunConfig:
         return FLASHINFER_THRESHOLD if self.backend == "flashinfer" else REFERENCE_THRESHOLD
 
     @property
+    def resolved_dist_backend(self) -> str:
+        """gloo on CPU; on CUDA nccl unless gloo was asked for (several ranks on one GPU)."""
+        if self.device != "cuda":
+            return "gloo"
+        return "nccl" if self.dist_backend == "auto" else self.dist_backend
+
+    @property
     def merges(self) -> list[str]:
         return ["ag_rs", "a2a"] if self.merge == "both" else [self.merge]
 
@@ -124,6 +132,10 @@ class RunConfig:
             raise UserError(f"unknown backend {self.backend!r}", hint=f"one of {BACKENDS}")
         if self.device not in ("cpu", "cuda"):
             raise UserError(f"unknown device {self.device!r}", hint="cpu or cuda")
+        if self.dist_backend not in ("auto", "nccl", "gloo"):
+            raise UserError(f"unknown dist backend {self.dist_backend!r}", hint="auto, nccl or gloo")
+        if self.dist_backend == "nccl" and self.device != "cuda":
+            raise UserError("--dist-backend nccl needs --device cuda")
         if self.plan not in ("fixed", "unpatched"):
             raise UserError(f"unknown plan {self.plan!r}", hint="fixed or unpatched")
         if self.merge not in MERGES:

@@ -141,11 +141,12 @@ class RankRun:
 
     def _barrier(self, name: str) -> None:
         import torch
-        import torch.distributed as dist
+
+        from sm120kit.warmup.collectives import all_reduce_sum
 
         one = torch.ones(1, device=self.device)
         self.before(name)
-        dist.all_reduce(one)
+        all_reduce_sum(one)
 
     def _phase(self, name: str, fn: Callable[[], Any]) -> Any:
         self.phase = name
@@ -167,12 +168,14 @@ class RankRun:
         import torch
         import torch.distributed as dist
 
+        from sm120kit.warmup.collectives import all_reduce_sum
+
         cfg = self.cfg
         if cfg.device == "cuda":
             local = int(os.environ.get("LOCAL_RANK", self.rank))
             self.device = torch.device("cuda", local % torch.cuda.device_count())
             torch.cuda.set_device(self.device)
-            backend = "nccl"
+            backend = cfg.resolved_dist_backend
         else:
             self.device = torch.device("cpu")
             backend = "gloo"
@@ -185,7 +188,7 @@ class RankRun:
         self.backend = backend
         one = torch.ones(1, device=self.device)
         self.before("barrier")
-        dist.all_reduce(one)
+        all_reduce_sum(one)
         if int(one.item()) != self.world:
             raise RuntimeError(f"barrier sum {one.item()} != world {self.world}")
 

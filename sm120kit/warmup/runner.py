@@ -124,11 +124,11 @@ def _check_devices(cfg: RunConfig) -> dict[str, Any]:
             raise UserError("--device cuda needs torch") from None
         if not torch.cuda.is_available():
             raise UserError("--device cuda: torch sees no CUDA GPU", hint="use --device cpu")
-        if torch.cuda.device_count() < cfg.dcp:
+        if cfg.resolved_dist_backend == "nccl" and torch.cuda.device_count() < cfg.dcp:
             raise UserError(
                 f"--device cuda: {cfg.dcp} NCCL ranks need {cfg.dcp} GPUs, "
                 f"torch sees {torch.cuda.device_count()}",
-                hint="lower --dcp or use --device cpu (gloo)",
+                hint="lower --dcp, or --dist-backend gloo (ranks share GPUs, host-staged collectives)",
             )
     return {}
 

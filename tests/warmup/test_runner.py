@@ -319,6 +319,25 @@ def test_cuda_reference_with_nccl() -> None:
     assert all(r["device"].startswith("cuda") for r in res.ranks)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("dcp", [2, 4, 8])
+def test_cuda_reference_gloo_ranks_share_gpus(dcp: int) -> None:
+    """Several DCP ranks compute on CUDA tensors on one GPU; the collectives run over gloo on
+    host copies (NCCL refuses two ranks on one device)."""
+    res = run_warmup(RunConfig(dcp=dcp, device="cuda", dist_backend="gloo", stall_timeout=120))
+    assert res.passed, (res.message, res.errors)
+    assert all(r["process_group"] == "gloo" for r in res.ranks)
+    assert all(r["device"].startswith("cuda") for r in res.ranks)
+
+
+def test_gloo_dist_backend_on_cpu_is_the_default_path() -> None:
+    """--dist-backend gloo on CPU is the plain gloo run; nccl without cuda is refused."""
+    res = run_warmup(RunConfig(dcp=2, dist_backend="gloo", batch=1))
+    assert res.passed, (res.message, res.errors)
+    with pytest.raises(UserError, match="needs --device cuda"):
+        RunConfig(dcp=2, dist_backend="nccl").validate()
+
+
 def test_rank_killed_mid_run_is_reported_at_once() -> None:
     """SIGKILL of one rank (no error report from it): the run stops long before the stall
     timeout and names that rank."""
