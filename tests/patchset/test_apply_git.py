@@ -412,3 +412,24 @@ def test_from_accepts_a_variant_name_and_an_unknown_alias(
     assert doc["base"] == "HEAD"
     rc, _, err = _apply(capsys, "--branch", "x", "--repo", str(checkout), "--from", "nope")
     assert rc == 2 and "neither an alias nor a variant" in err
+
+
+def test_interrupt_during_am_cleans_up(
+    mini_series: MiniSeries, checkout: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ctrl-C while `git am` runs (injected right after the real am applied the patches in the
+    worktree, since a real signal cannot be timed reliably): worktree gone, no branch, exit 130."""
+    from sm120kit.patchset import gitengine
+
+    real = gitengine.run_am
+
+    def am_then_interrupt(*args: object, **kwargs: object) -> object:
+        real(*args, **kwargs)  # type: ignore[arg-type]
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(gitengine, "run_am", am_then_interrupt)
+    before = state_fingerprint(checkout)
+    rc, _, err = _apply(capsys, "--branch", ALIAS, "--repo", str(checkout))
+    assert rc == 130 and "interrupted" in err
+    assert state_fingerprint(checkout) == before
