@@ -45,7 +45,7 @@ for tb in .devcarry/vllm-*-py.tar.xz; do
   [ -f "$tb" ] || continue
   d=/tmp/vtree-$(basename "$tb" -py.tar.xz); mkdir -p "$d"; tar -xJf "$tb" -C "$d"
   SM120KIT_VLLM_TREE=$d t $PY -m pytest -q -rs tests/gpu -p no:cacheprovider 2>&1 | tail -5
-  PYTHONPATH=$PWD:$d:${PYTHONPATH:-} t $PY tests/gpu/crosscheck_dcp_index.py "$d" --cases 96 > "$V/crosscheck-$(basename "$d").json" 2> "$V/crosscheck-err.txt"
+  PYTHONPATH=$PWD:$d:${PYTHONPATH:-} t $PY tests/gpu/crosscheck_dcp_index.py "$d" --cases 48 > "$V/crosscheck-$(basename "$d").json" 2> "$V/crosscheck-err.txt"
   tail -c 800 "$V/crosscheck-$(basename "$d").json"; tail -5 "$V/crosscheck-err.txt"
 done
 
@@ -61,7 +61,7 @@ tail -c 1500 "$V/attach-sleep.json"
 step hang-nccl
 export TORCH_NCCL_DUMP_ON_TIMEOUT=1 TORCH_NCCL_TRACE_BUFFER_SIZE=2000 TORCH_NCCL_DEBUG_INFO_TEMP_FILE=$V/fr/nccl_trace_rank_
 mkdir -p "$V/fr"
-t $PY -m sm120kit collect --stall-timeout 8 --deadline 60 -o "$V/collect-nccl" --json -- $PY scripts/gpu_hang_demo.py nccl-delay --seconds 40 --timeout 10 > "$V/collect-nccl.json" 2> "$V/collect-nccl.err"
+t $PY -m sm120kit collect --stall-timeout 30 --deadline 60 -o "$V/collect-nccl" --json -- $PY scripts/gpu_hang_demo.py nccl-delay --seconds 40 --timeout 10 > "$V/collect-nccl.json" 2> "$V/collect-nccl.err"
 tail -c 1500 "$V/collect-nccl.json"; tail -20 "$V/collect-nccl.err"
 ls -la "$V/fr" "$V"/collect-nccl/* 2>/dev/null | head -30
 unset TORCH_NCCL_DUMP_ON_TIMEOUT TORCH_NCCL_TRACE_BUFFER_SIZE TORCH_NCCL_DEBUG_INFO_TEMP_FILE
