@@ -84,13 +84,18 @@ def render_human(res: DiagnoseResult, max_ranks: int = 16) -> None:
                       escape(f"{ev.get('source')}:{ev.get('line')}" if ev else ""))
         con.print(t)
     if res.ranks:
-        t = Table(title=f"processes ({len(res.ranks)})")
-        for c in ("rank", "process", "pid", "phase (stopped in)", "last line", "time",
-                  "first error / stalls"):
-            t.add_column(c, overflow="fold")
-        for row in _rank_rows(res, max_ranks):
-            t.add_row(*[escape(x) for x in row])
-        con.print(t)
+        # plain aligned columns: rich tables collapse narrow no-wrap columns on 80-column pipes
+        rows = [[x for i, x in enumerate(row) if i != 5] for row in _rank_rows(res, max_ranks)]
+        heads = ["rank", "process", "pid", "phase", "last line", "first error / stalls"]
+        widths = [min(28, max(len(h), *(len(r[i]) for r in rows))) for i, h in enumerate(heads[:-1])]
+        left = max(8, int(con.width) - sum(widths) - 2 * len(widths))
+        con.print(f"[bold]processes ({len(res.ranks)}): where each stopped[/bold]")
+        for k, row in enumerate([heads, *rows]):
+            cells = [c[:w].ljust(w) for c, w in zip(row[:-1], widths, strict=True)]
+            last = row[-1] if len(row[-1]) <= left else row[-1][: left - 1] + "…"
+            line = "  ".join(cells + [last]).rstrip()
+            con.print(f"[dim]{escape(line)}[/dim]" if k == 0 else escape(line), no_wrap=True,
+                      crop=True)
     if not res.findings:
         con.print("[green]no findings[/green]")
     for i, f in enumerate(res.findings, 1):

@@ -126,6 +126,23 @@ def test_real_collect_bundle_of_a_stalled_gloo_job(tmp_path: Path) -> None:
     assert res.exit_code == 1
 
 
+def test_real_collect_bundle_of_a_crashed_rank(tmp_path: Path) -> None:
+    """`collect` of the real gloo job where rank 1 raises in warmup and the survivors then fail
+    in gloo ("Connection closed by peer"): the first dead rank is rank 1, not the cascade."""
+    from tests.collect.helpers import GLOO_JOB, only_bundle, run_collect
+
+    out = tmp_path / "out"
+    r = run_collect(["-o", str(out), "--stall-timeout", "12", "--deadline", "30", "--json", "--",
+                     sys.executable, str(GLOO_JOB), "--world", "3", "--mode", "crash"],
+                    env=dict(os.environ))
+    assert r.returncode != 0, r.stderr[-2000:]
+    res = diagnose([only_bundle(out)])
+    top = res.findings[0]
+    assert top.rule == "first-dead-rank" and top.category == "rank-crashed", res.findings
+    assert top.ranks == [1] and "simulated failure" in top.summary
+    assert any(e.source == "logs/child.log" and e.line > 0 for e in top.evidence)
+
+
 # --- hostile and broken inputs ---------------------------------------------------------------
 def _tar(path: Path, members: list[tuple[tarfile.TarInfo, bytes | None]], mode: str = "w:gz") -> Path:
     with tarfile.open(path, mode) as tf:
