@@ -19,7 +19,7 @@ from typing import Any
 
 from sm120kit.errors import ExitCode, UserError
 from sm120kit.patchset import gitengine as ge
-from sm120kit.patchset.gitcmd import rev_parse, run_git, tree_modes
+from sm120kit.patchset.gitcmd import resolve_many, run_git, tree_modes
 from sm120kit.patchset.manifest import Series, Target, Variant
 from sm120kit.patchset.markers import (
     MarkerState,
@@ -155,7 +155,7 @@ def apply_to_checkout(
     target, variant = select(series, alias, from_alias)
     parsed = load_patches(variant)
     repo = Path(repo)
-    git_dir, _common = ge_dirs(repo)
+    git_dir = repo / ".git" if (repo / ".git").is_dir() else ge_dirs(repo)[0]
     dirty = ge.dirty_paths(repo)
     if dirty:
         shown = ", ".join(dirty[:8]) + (f" (+{len(dirty) - 8} more)" if len(dirty) > 8 else "")
@@ -174,7 +174,10 @@ def apply_to_checkout(
         raise UserError(f"{alias} has no base ref", hint="pass --base REF")
     port_allowed = port if port is not None else bool(from_alias or target.port_from)
     into = into or f"{DEFAULT_BRANCH_PREFIX}{alias}"
-    base_commit = rev_parse(repo, base_ref)
+    ids = resolve_many(repo, [f"{base_ref}^{{commit}}", "HEAD^{commit}", f"refs/heads/{into}"])
+    base_commit = ids[f"{base_ref}^{{commit}}"]
+    if base_ref.startswith("-"):
+        base_commit = None
     if base_commit is None and port_allowed and not base:
         # e.g. a fork whose base is a remote branch: the porting engine knows how to find it
         ported = _try_port(repo, alias, base, into, from_alias, dry_run)
@@ -193,9 +196,9 @@ def apply_to_checkout(
         base_commit=base_commit, branch=into,
     )
     files = marker_files(variant)
-    existing = ge.branch_exists(repo, into)
+    existing = ids[f"refs/heads/{into}"]
     revs = [base_commit, "HEAD"] + ([existing] if existing else [])
-    head_commit = rev_parse(repo, "HEAD")
+    head_commit = ids["HEAD^{commit}"]
     if head_commit is None:
         revs.remove("HEAD")
     contents = read_revisions(repo, revs, files)

@@ -118,6 +118,30 @@ def rev_parse(repo: Path, ref: str) -> str | None:
     return out if proc.returncode == 0 and out else None
 
 
+def resolve_many(repo: Path, revs: Iterable[str]) -> dict[str, str | None]:
+    """Object ids of several revisions in one ``git cat-file --batch-check`` (None: missing)."""
+    wanted = list(dict.fromkeys(revs))
+    if not wanted:
+        return {}
+    proc = subprocess.run(
+        ["git", *SAFE_CONFIG, "cat-file", "--batch-check=%(objectname) %(objecttype)"],
+        cwd=str(repo),
+        env=git_env(),
+        input=("\n".join(wanted) + "\n").encode("utf-8"),
+        capture_output=True,
+        timeout=120,
+    )
+    if proc.returncode != 0:
+        raise GitFailed(["cat-file", "--batch-check"], proc.returncode, "",
+                        proc.stderr.decode(errors="replace"))
+    lines = proc.stdout.decode("utf-8", "replace").splitlines()
+    out: dict[str, str | None] = {}
+    for rev, line in zip(wanted, lines, strict=False):
+        parts = line.split()
+        out[rev] = parts[0] if len(parts) == 2 and parts[1] in ("commit", "tag", "tree", "blob") else None
+    return out
+
+
 def read_blobs(repo: Path, specs: Iterable[str]) -> dict[str, bytes | None]:
     """Contents of ``<rev>:<path>`` objects in one ``git cat-file --batch`` call (None: missing)."""
     wanted = list(dict.fromkeys(specs))

@@ -168,7 +168,7 @@ def throwaway_worktree(
         if sparse_paths is not None:
             args.append("--no-checkout")
         run_git([*args, str(wt), commit], repo)
-        admin = Path(run_git(["rev-parse", "--absolute-git-dir"], wt).stdout.strip())
+        admin = _admin_dir(wt)
         if sparse_paths is not None:
             (admin / "info").mkdir(parents=True, exist_ok=True)
             (admin / "info" / "sparse-checkout").write_text(
@@ -182,6 +182,18 @@ def throwaway_worktree(
             # `worktree remove` refused (e.g. the directory vanished); drop only our own entry
             shutil.rmtree(admin, ignore_errors=True)
         shutil.rmtree(parent, ignore_errors=True)
+
+
+def _admin_dir(wt: Path) -> Path:
+    """The worktree's administrative dir, from its ``.git`` file (``gitdir: ...``)."""
+    try:
+        line = (wt / ".git").read_text(encoding="utf-8").strip()
+        if line.startswith("gitdir: "):
+            p = Path(line[len("gitdir: "):])
+            return p if p.is_absolute() else (wt / p).resolve()
+    except OSError:
+        pass
+    return Path(run_git(["rev-parse", "--absolute-git-dir"], wt).stdout.strip())
 
 
 def run_am(wt: Path, patch_files: Sequence[Path], env: dict[str, str] | None = None) -> AmOutcome:
@@ -319,7 +331,13 @@ def branch_exists(repo: Path, branch: str) -> str | None:
     return proc.stdout.strip() or None
 
 
+_PLAIN_BRANCH = re.compile(r"^(?!-)(?!.*(?:\.\.|//|/\.|@\{|\.lock/|\.lock$))[A-Za-z0-9._/+-]+(?<![./])$")
+
+
 def check_branch_name(repo: Path, branch: str) -> None:
+    """Refuse a name git would not accept for a branch (plain names skip the git call)."""
+    if _PLAIN_BRANCH.match(branch) and not branch.startswith((".", "/")):
+        return
     proc = run_git(["check-ref-format", "--branch", branch], repo, check=False)
     if proc.returncode != 0:
         raise UserError(f"invalid branch name {branch!r}", hint="see `git help check-ref-format`")

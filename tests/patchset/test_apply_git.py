@@ -433,3 +433,11 @@ def test_interrupt_during_am_cleans_up(
     rc, _, err = _apply(capsys, "--branch", ALIAS, "--repo", str(checkout))
     assert rc == 130 and "interrupted" in err
     assert state_fingerprint(checkout) == before
+
+
+@pytest.mark.parametrize("name", ["bad..name", "x.lock", "-x", "a//b", "end/", "sp ace", "a@{b"])
+def test_invalid_into_is_refused(
+    mini_series: MiniSeries, checkout: Path, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    _assert_refused(capsys, checkout, ["--branch", ALIAS, "--repo", str(checkout), "--into", name],
+                    "invalid branch name")
