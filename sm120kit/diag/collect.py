@@ -42,6 +42,7 @@ class Options:
     doctor: bool = True
     nvml: bool = True
     fr_analyze: bool = True
+    fr_wait_s: float = 3.0  # how long to wait for dump files torch is still writing
     log_tail_lines: int = 200
     max_stack_procs: int = 64
 
@@ -271,11 +272,23 @@ def _collect_flight(bundle: Bundle, opts: Options, ctx: Context, runner: _Runner
     pipe_prefix = (ctx.env or {}).get(flight.PIPE_VAR)
     if pipe_prefix:
         triggered = flight.trigger_pipes(pipe_prefix, wait_s=min(3.0, max(0.0, runner.left() - 5)))
+    # torch writes dumps asynchronously (watchdog, pipe, a rank's own thread): wait, in parallel
+    # with the stack samples, until the set of dump files stops growing
     found: dict[str, dict[int, Path]] = {}
-    for pre in prefixes:
-        ranks_found = flight.find_dumps(pre)
-        if ranks_found:
-            found[pre] = ranks_found
+    end = time.monotonic() + min(opts.fr_wait_s, max(0.0, runner.left() - 5.0))
+    last_n, stable_since = -1, time.monotonic()
+    while True:
+        found = {}
+        for pre in prefixes:
+            ranks_found = flight.find_dumps(pre)
+            if ranks_found:
+                found[pre] = ranks_found
+        n = sum(len(v) for v in found.values())
+        if n != last_n:
+            last_n, stable_since = n, time.monotonic()
+        if time.monotonic() >= end or (n and time.monotonic() - stable_since >= 1.0):
+            break
+        time.sleep(0.2)
     info: dict[str, Any] = {"prefixes": prefixes, "pipes_triggered": triggered, "groups": []}
     if not found:
         bundle.write_json("flight/index.json", info)

@@ -89,9 +89,13 @@ def rank_main(a: argparse.Namespace) -> int:
             time.sleep(a.step_sleep)
     log(a.rank, a.title, f"finished {steps} all_reduce steps")
     if a.mode == "healthy":
+        if a.ready_dir:
+            open(os.path.join(a.ready_dir, str(a.rank)), "w").close()
         dist.destroy_process_group()
         return 0
     fr_dump_later(a.rank, a.fr_dump_after)
+    if a.ready_dir:
+        open(os.path.join(a.ready_dir, str(a.rank)), "w").close()
     if a.rank == a.stall_rank:
         if a.mode == "crash":
             time.sleep(0.5)
@@ -125,15 +129,28 @@ def launcher(a: argparse.Namespace) -> int:
         import setproctitle
 
         setproctitle.setproctitle(a.launcher_title)
+    import tempfile
+
     port = free_port()
+    ready_dir = tempfile.mkdtemp(prefix="gloo-job-ready-")
     procs = []
     for r in range(a.world):
-        cmd = [sys.executable, os.path.abspath(__file__), "--rank", str(r), "--port", str(port)]
+        cmd = [sys.executable, os.path.abspath(__file__), "--rank", str(r), "--port", str(port),
+               "--ready-dir", ready_dir]
         cmd += sys.argv[1:]
         procs.append(subprocess.Popen(cmd))
+    # startup progress (like vLLM's "Waiting for N core engine proc(s) to start"): printed until
+    # every rank reached its last step, so a slow torch import is not mistaken for a stall
+    while len(os.listdir(ready_dir)) < a.world and any(p.poll() is None for p in procs):
+        print(f"launcher: waiting for {a.world - len(os.listdir(ready_dir))} rank(s) to start",
+              flush=True)
+        time.sleep(0.5)
     rc = 0
     for p in procs:
         rc = max(rc, abs(p.wait()))
+    import shutil
+
+    shutil.rmtree(ready_dir, ignore_errors=True)
     return rc
 
 
@@ -146,11 +163,12 @@ def main() -> int:
     ap.add_argument("--step-sleep", type=float, default=0.0)
     ap.add_argument("--timeout", type=float, default=300.0)
     ap.add_argument("--title", default="VLLM::Worker_TP")
-    ap.add_argument("--fr-dump-after", type=float, default=1.0)
+    ap.add_argument("--fr-dump-after", type=float, default=0.5)
     ap.add_argument("--survivor-delay", type=float, default=0.0,
                     help="crash mode: the other ranks sleep this long before the next collective")
     ap.add_argument("--launcher-title", default=None, help="setproctitle of the launcher")
     ap.add_argument("--rank", type=int, default=None)
+    ap.add_argument("--ready-dir", default=None)
     ap.add_argument("--port", type=int, default=None)
     ap.add_argument("--api-key", default=None, help="ignored; lets tests plant a secret in argv")
     a, _ = ap.parse_known_args()

@@ -57,7 +57,7 @@ def test_launch_stall_bundle_has_every_rank(tmp_path: Path) -> None:
     assert env["added_by_collect"]["TORCH_FR_DUMP_TEMP_FILE"].endswith("flight/nccl_trace_rank_")
     # the gloo ranks wrote FR dumps to the prefix collect gave them: analysed with pg_config filled
     idx = json.loads(files["flight/index.json"])
-    assert idx["groups"][0]["summary"]["not_joined"][0]["missing_ranks"] == [1]
+    assert idx["groups"] and idx["groups"][0]["summary"]["not_joined"][0]["missing_ranks"] == [1], idx
     summary = files["summary.md"].decode()
     assert "Worker_TP1" in summary and "never reached the collective" in summary
     man = json.loads(files["manifest.json"])
