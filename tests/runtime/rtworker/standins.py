@@ -65,6 +65,9 @@ class Recorder:
     """Swaps the GPU-bound callables and records how the impl calls them."""
 
     def __init__(self) -> None:
+        #: emulate FlashInfer <= 0.7.0.post1, which leaves rows without keys undefined: write
+        #: junk into them, so only the backend's own masking can produce out 0 / LSE -inf
+        self.poison_empty_rows = False
         self.launches: list[dict[str, Any]] = []
         self.conversions: list[dict[str, Any]] = []
         self.launch_tensors: list[dict[str, Any]] = []
@@ -93,7 +96,15 @@ class Recorder:
                     "workspace_device": str(kwargs["workspace_buffer"].device),
                 }
             )
-            return ref.trtllm_batch_decode_with_kv_cache_mla_ref(**kwargs)
+            result = ref.trtllm_batch_decode_with_kv_cache_mla_ref(**kwargs)
+            seq_lens = kwargs.get("seq_lens")
+            if self.poison_empty_rows and seq_lens is not None:
+                empty = (seq_lens == 0).view(-1)
+                out, lse = result if isinstance(result, tuple) else (result, None)
+                out.view(empty.numel(), -1)[empty] = 7.0
+                if lse is not None:
+                    lse.view(empty.numel(), -1)[empty] = 3.0
+            return result
 
         vfi.flashinfer_trtllm_batch_decode_with_kv_cache_mla = launcher  # type: ignore[assignment]
 

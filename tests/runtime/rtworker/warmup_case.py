@@ -148,6 +148,7 @@ def _install_sync_counter() -> list[int]:
 
 
 def run_case(dcp: int, block: int, max_model_len: int, mnbt: int, num_tokens: int) -> dict[str, Any]:
+    from vllm.v1.kv_cache_interface import AttentionSpec
     from vllm.v1.worker.gpu import warmup
 
     runner, connector = build_runner(dcp, block, max_model_len, mnbt)
@@ -179,7 +180,9 @@ def run_case(dcp: int, block: int, max_model_len: int, mnbt: int, num_tokens: in
         "accelerator_syncs": counter[0],
         "num_blocks": runner.kv_cache_config.num_blocks,
         "num_lookahead_tokens": runner.vllm_config.num_lookahead_tokens,
-        "spec_dcp_sharded": bool(getattr(spec, "dcp_sharded", False)),
+        # vLLM < 0.31 has no dcp_sharded field: every attention cache was DCP-sharded then
+        "spec_dcp_sharded": bool(getattr(spec, "dcp_sharded", isinstance(spec, AttentionSpec))),
+        "spec_has_dcp_sharded_field": hasattr(spec, "dcp_sharded"),
         "has_dcp_decode_prompt_len": hasattr(warmup, "dcp_decode_prompt_len"),
     }
 
