@@ -46,6 +46,28 @@ _FRAME = re.compile(r'^\s+File "[^"]+", line \d+')
 _OPCOUNT = re.compile(r"(?P<op>\w+): opCount (?P<n>[0-9a-f]+) .*?comm (?P<comm>0x[0-9a-f]+)")
 
 
+BORING_AFTER = 16  # a call site is "boring" after this many lines with nothing but a phase
+NEVER = -(1 << 40)
+MAX_TEMPLATES = 50_000
+_NODIGITS = str.maketrans("", "", "0123456789")
+# lines with these words always take the full path, whatever their call site did before
+_RISKY = ("rror", "xception", "imeout", "imed out", "died", "atchdog", "NCCL", "Killed", "ault",
+          "bort", "raceback", "atal", "ssert", "ailed", "emory", "nccl", "ersion", "DCP", "LSE",
+          "rank", "utotun", "arm")
+
+
+def _template(o: Origin, msg: str, text: str) -> tuple[str, str] | None:
+    """The call-site key of an ordinary vLLM/plain line, or None when it must be fully parsed."""
+    if o.kind not in ("vllm", "plain") or o.level in ("ERROR", "CRITICAL"):
+        return None
+    if not msg or msg[0] in " \t":
+        return None
+    for w in _RISKY:
+        if w in text:
+            return None
+    return (o.name or "", o.loc or msg[:40].translate(_NODIGITS))
+
+
 @dataclass
 class Evidence:
     source: str
@@ -160,6 +182,9 @@ class LogAnalysis:
         self._last_key: dict[str, str] = {}
         self._source_default: dict[str, str] = {}
         self._t_last: dict[str, float] = {}
+        self._tmpl: dict[tuple[str, str], tuple[int, str | None]] = {}
+        self._sig_total = 0
+        self.fast_lines = 0  # lines of learned boring call sites (parsers skipped)
 
     # -- input ------------------------------------------------------------------------------
     def feed_stream(self, source: str, fh: IO[bytes]) -> StreamStats:
@@ -263,14 +288,46 @@ class LogAnalysis:
             return
         msg = o.message
         ts = t if t is not None else float(self.order)
+        tkey = _template(o, msg, text)
+        if tkey is not None:
+            c = self._tmpl.get(tkey)
+            if c is not None and c[0] >= BORING_AFTER:
+                # a call site that never said anything beyond its phase: skip the parsers
+                self.fast_lines += 1
+                if c[1] is not None:
+                    self._observe(p, c[1], ts, source, ev)
+                return
+            before = self._snap(p)
         phase = "nccl-init" if o.kind == "nccl" and o.level != "WARN" else classify_line(text)
         if phase is not None:
-            if phase not in p.phase_ev:
-                p.phase_ev[phase] = ev
-            p.tracker.observe(phase, ts, source)
-            if phase not in self.phase_ev:
-                self.phase_ev[phase] = ev
-            self.global_tracker.observe(phase, ts, source)
+            self._observe(p, phase, ts, source, ev)
+        self._analyse(p, o, text, msg, ev, t, ts, phase)
+        if tkey is not None:
+            c = self._tmpl.get(tkey)
+            if self._snap(p) != before:
+                self._tmpl[tkey] = (NEVER, phase)
+            elif c is None:
+                if len(self._tmpl) < MAX_TEMPLATES:
+                    self._tmpl[tkey] = (1, phase)
+            elif c[0] != NEVER:
+                self._tmpl[tkey] = (c[0] + 1, phase) if c[1] == phase else (0, phase)
+
+    def _observe(self, p: Proc, phase: str, ts: float, source: str, ev: Evidence) -> None:
+        if phase not in p.phase_ev:
+            p.phase_ev[phase] = ev
+        p.tracker.observe(phase, ts, source)
+        if phase not in self.phase_ev:
+            self.phase_ev[phase] = ev
+        self.global_tracker.observe(phase, ts, source)
+
+    def _snap(self, p: Proc) -> tuple[Any, ...]:
+        """Everything a line can change besides its phase (to learn boring call sites)."""
+        return (len(self.watchdog), len(self.deaths), len(self.rpc_timeouts), self.shm_count,
+                self._sig_total, p.first_error, p.exception, p.rank, len(self.vs.versions),
+                len(self.vs.config), self.vs.world_size, len(p.stalls), sum(p.stalls.values()))
+
+    def _analyse(self, p: Proc, o: Origin, text: str, msg: str, ev: Evidence, t: float | None,
+                 ts: float, phase: str | None) -> None:
         # versions / config
         self.vs.feed(text)
         # error bookkeeping
@@ -361,6 +418,7 @@ class LogAnalysis:
             if h is None:
                 h = self.signals[sid] = SignalHits()
             h.count += 1
+            self._sig_total += 1
             if len(h.evidence) < MAX_SIGNAL_EVIDENCE:
                 h.evidence.append(ev)
             if p.key not in h.procs and len(h.procs) < 64:
