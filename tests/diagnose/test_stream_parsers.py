@@ -196,3 +196,21 @@ def test_pure_coll_blocks_keep_last_line_per_rank_and_line_numbers() -> None:
     last = {k.decode(): t.decode() for k, (_n, t) in st.last_nccl.items()}
     assert "opCount 3a98 " in last["node-01:102:"] and "opCount 4e1f " in last["node-01:103:"]
     assert all(ref[n] == t for n, t in st.last_nccl.values())
+
+
+def test_boring_call_sites_still_report_a_later_stall() -> None:
+    """After a call site is learned as boring (parsers skipped), a stall message printed from
+    the same file:line is still parsed, and phases keep moving."""
+    rows = [f"(APIServer pid=1) INFO 05-15 05:00:{i % 60:02d} [loggers.py:248] Engine 000: Avg "
+            f"prompt throughput: {i}.0 tokens/s, Running: 4 reqs" for i in range(200)]
+    rows.append("(APIServer pid=1) INFO 05-15 05:10:00 [loggers.py:248] No available shared "
+                "memory broadcast block found in 60 seconds.")
+    rows += [f"(APIServer pid=1) ERROR 05-15 05:11:0{i} [loggers.py:248] boom {i}" for i in range(3)]
+    an = LogAnalysis()
+    an.feed_lines("s.log", rows)
+    an.finish()
+    assert an.fast_lines > 100
+    assert an.shm_count == 1
+    p = an.procs["pid 1"]
+    assert p.tracker.current == "error" and p.first_error is not None
+    assert p.first_error.line == 202 and p.lines == 204

@@ -53,7 +53,7 @@ _NODIGITS = str.maketrans("", "", "0123456789")
 # lines with these words always take the full path, whatever their call site did before
 _RISKY = ("rror", "xception", "imeout", "imed out", "died", "atchdog", "NCCL", "Killed", "ault",
           "bort", "raceback", "atal", "ssert", "ailed", "emory", "nccl", "ersion", "DCP", "LSE",
-          "rank", "utotun", "arm")
+          "rank", "utotun", "arm", "vailable", "P2P", "shm", "space", "SIG", "oom", "OOM")
 
 
 def _template(o: Origin, msg: str, text: str) -> tuple[str, str] | None:
