@@ -83,7 +83,7 @@ class ApplyResult:
         )
         for i, p in enumerate(self.patches, 1):
             st = {"already-applied": "applied", "would-apply": "not-applied"}.get(p.state, p.state)
-            table.add_row(str(i), p.file, p.subject, styled(st) if st != p.state else styled(p.state))
+            table.add_row(str(i), p.file, p.subject, styled(st))
         console.print(table)
         console.print(self.message)
 
