@@ -44,6 +44,10 @@ def main() -> int:
         cmp("cuda driver version", f"{v // 1000}.{(v % 1000) // 10}", m.group(1))
     for row, g in zip(rows, snap.get("gpus", []), strict=False):
         key = {k.split(" [")[0].strip(): v.strip() for k, v in row.items()}
+        # nvidia-smi prints the long names in the CSV header (clocks.sm -> clocks.current.sm)
+        for short, long in (("clocks.sm", "clocks.current.sm"), ("clocks.mem", "clocks.current.memory"),
+                            ("clocks.max.mem", "clocks.max.memory")):
+            key.setdefault(short, key.get(long, ""))
         i = g["index"]
         cmp(f"gpu{i} name", g["name"], key["name"])
         cmp(f"gpu{i} uuid", g["uuid"], key["uuid"])

@@ -11,7 +11,7 @@ V=$OUT/v
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 PY=${PYTHON:-python3}
 step() { echo; echo "=== $* [$(date +%T)]"; }
-t() { local s=$(date +%s.%N); "$@"; local rc=$?; echo "rc=$rc wall=$(echo "$(date +%s.%N) - $s" | bc)s"; return $rc; }
+t() { local s=$(date +%s%N); "$@"; local rc=$?; echo "rc=$rc wall=$(( ($(date +%s%N) - s) / 1000000 ))ms" >&2; return $rc; }
 
 step facts
 nvidia-smi > "$V/nvidia-smi.txt" 2>&1

@@ -66,6 +66,7 @@ class GpuInfo:
     memory_total: int | None = None
     memory_used: int | None = None
     memory_free: int | None = None
+    memory_reserved: int | None = None  # driver-reserved (nvmlMemory_v2); excluded from used
     bar1_total: int | None = None
     bar1_used: int | None = None
     bar1_free: int | None = None
@@ -149,7 +150,15 @@ def sysfs_bus_id(bus_id: Any) -> str:
 
 
 def _get(obj: Any, name: str) -> Any:
-    return obj[name] if isinstance(obj, Mapping) else getattr(obj, name)
+    return obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
+
+
+def _memory_v2(seam: NvmlSeam, h: Any) -> Any:
+    """Memory info in the v2 layout (``used`` without driver-reserved memory), else None."""
+    try:
+        return seam.call("nvmlDeviceGetMemoryInfo_v2", h)
+    except NvmlError:
+        return None
 
 
 def resolve_visible(
@@ -284,10 +293,14 @@ def _gpu(seam: NvmlSeam, idx: int, phys: int, h: Any, uuid: str | None) -> GpuIn
     cc = get("compute_capability", "nvmlDeviceGetCudaComputeCapability", h)
     if cc is not None:
         g.compute_capability = (int(cc[0]), int(cc[1]))
-    mem = get("memory", "nvmlDeviceGetMemoryInfo", h)
+    mem = _memory_v2(seam, h)
+    if mem is None:
+        mem = get("memory", "nvmlDeviceGetMemoryInfo", h)
     if mem is not None:
         g.memory_total, g.memory_used, g.memory_free = (
             int(_get(mem, "total")), int(_get(mem, "used")), int(_get(mem, "free")))
+        reserved = _get(mem, "reserved")
+        g.memory_reserved = int(reserved) if reserved is not None else None
     bar1 = get("bar1", "nvmlDeviceGetBAR1MemoryInfo", h)
     if bar1 is not None:
         g.bar1_total, g.bar1_used, g.bar1_free = (

@@ -54,6 +54,20 @@ class PynvmlSeam:
         self._m = pynvml
 
     def call(self, fn: str, *args: Any) -> Any:
+        if fn == "nvmlDeviceGetMemoryInfo_v2":
+            # nvmlMemory_v2: `used` excludes the driver-reserved memory, as nvidia-smi shows it
+            # (v1's `used` includes it: on an idle H200 v1 said 615 MiB, nvidia-smi 0 MiB).
+            ver = getattr(self._m, "nvmlMemory_v2", None)
+            if ver is None:
+                raise NvmlError("function_not_found", "pynvml has no nvmlMemory_v2")
+            try:
+                return self._m.nvmlDeviceGetMemoryInfo(*args, version=ver)
+            except TypeError as exc:  # an nvidia-ml-py without the version keyword
+                raise NvmlError("function_not_found", f"nvmlDeviceGetMemoryInfo: {exc}") from None
+            except self._m.NVMLError as exc:
+                code = getattr(exc, "value", None)
+                kind = ERROR_KINDS.get(code, "unknown") if isinstance(code, int) else "unknown"
+                raise NvmlError(kind, f"{fn}: {exc}", code) from None
         f: Callable[..., Any] | None = getattr(self._m, fn, None)
         if f is None:
             raise NvmlError("function_not_found", f"pynvml has no {fn}")

@@ -40,7 +40,8 @@ def test_triton_dcp_index_matches_reference() -> None:
     proc = subprocess.run(
         [sys.executable, str(HERE / "crosscheck_dcp_index.py"), tree, "--cases", "48"],
         capture_output=True, text=True, timeout=900,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent.parent), tree])},
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(
+            [str(HERE.parent.parent), tree, *filter(None, [os.environ.get("PYTHONPATH")])])},
     )
     if proc.returncode not in (0, 1) or not proc.stdout.strip():
         tail = (proc.stderr or "").strip().splitlines()[-3:]
