@@ -259,7 +259,10 @@ def stop_tree(
             break
         steps.append({"signal": signal.Signals(sig).name, "pids": [p.pid for p in left]})
         if on_step is not None:
-            on_step(signal.Signals(sig).name, left)
+            try:
+                on_step(signal.Signals(sig).name, left)
+            except Exception:
+                pass  # reporting must never prevent the stop
         if pgid is not None:
             try:
                 os.killpg(pgid, sig)

@@ -284,8 +284,16 @@ class Supervisor:
             raise ValueError("empty command")
         self.argv_user = list(argv)
         self.opts = opts
-        self.on_event = on_event or (lambda msg: print(f"sm120kit collect: {msg}", file=sys.stderr,
-                                                       flush=True))
+        user_cb = on_event or _print_event
+
+        def safe_event(msg: str) -> None:
+            # a closed terminal/pipe must never stop us from stopping our own child tree
+            try:
+                user_cb(msg)
+            except (OSError, ValueError):
+                pass
+
+        self.on_event = safe_event
         self.redactor = Redactor(enabled=opts.redact, host_map_file=opts.host_map_file)
         self.t0 = time.time()
         self.bundle = Bundle.create(Path(opts.out_dir), self.redactor, t=self.t0,
@@ -654,6 +662,10 @@ class Supervisor:
             detect_to_bundle_s=d2b, stop_steps=steps, verdict=res.verdict if res else [],
             added_env=self.redactor.env(self.added), watchdog=self.watchdog_note,
         )
+
+
+def _print_event(msg: str) -> None:
+    print(f"sm120kit collect: {msg}", file=sys.stderr, flush=True)
 
 
 def describe_quiet(pid: int) -> Proc | None:

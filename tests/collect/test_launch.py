@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
+
 from tests.collect.helpers import GLOO_JOB, leftovers, only_bundle, read_tarball, run_collect
 
 
@@ -133,17 +135,29 @@ def test_ctrl_c_writes_bundle_and_exits_130(tmp_path: Path) -> None:
                           "--stall-timeout", "600", "--deadline", "20", "--no-doctor", "--",
                           sys.executable, str(GLOO_JOB), "--world", "2", "--mode", "stall"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    end = time.monotonic() + 90
-    bundle_dir = None
-    while time.monotonic() < end:
-        dirs = [d for d in out.glob("sm120kit-bundle-*") if d.is_dir()] if out.exists() else []
-        if dirs and "entering all_reduce" in (dirs[0] / "logs" / "child.log").read_text(errors="replace"):
-            bundle_dir = dirs[0]
-            break
-        time.sleep(0.3)
-    assert bundle_dir is not None
-    p.send_signal(signal.SIGINT)
-    _o, err = p.communicate(timeout=90)
+    try:
+        end = time.monotonic() + 90
+        bundle_dir = None
+        while time.monotonic() < end:
+            dirs = [d for d in out.glob("sm120kit-bundle-*") if d.is_dir()] if out.exists() else []
+            if dirs and "entering all_reduce" in (dirs[0] / "logs" / "child.log").read_text(
+                    errors="replace"):
+                bundle_dir = dirs[0]
+                break
+            time.sleep(0.3)
+        assert bundle_dir is not None
+        p.send_signal(signal.SIGINT)
+        _o, err = p.communicate(timeout=90)
+    finally:
+        if p.poll() is None:  # the test failed: do not leave collect or its job behind
+            kids = psutil.Process(p.pid).children(recursive=True)
+            p.kill()
+            p.wait()
+            for k in kids:
+                try:
+                    k.kill()
+                except psutil.Error:
+                    pass
     assert p.returncode == 130, err[-3000:]
     files = read_tarball(only_bundle(out))
     assert json.loads(files["timeline.json"])["stall_kind"] == "interrupt"
@@ -166,3 +180,29 @@ def test_exit_codes_and_bundles_for_plain_exits(tmp_path: Path) -> None:
     files = read_tarball(only_bundle(out))
     assert "hello" in files["logs/child.log"].decode()
     assert json.loads(files["timeline.json"])["exit_code"] == 3
+
+
+def test_closed_terminal_still_stops_the_child_and_bundles(tmp_path: Path) -> None:
+    """collect's own stdout/stderr closed (a dead terminal, `| head`): it still detects the stall,
+    writes the bundle and stops its child tree."""
+    out = tmp_path / "out"
+    child = ("import time, sys\nfor i in range(50): print('line', i, flush=True)\n"
+             "while True: time.sleep(0.2)\n")
+    p = subprocess.Popen([sys.executable, "-m", "sm120kit", "collect", "-o", str(out),
+                          "--stall-timeout", "2", "--deadline", "15", "--no-doctor", "--",
+                          sys.executable, "-c", child],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.stdout is not None and p.stderr is not None
+    p.stdout.close()
+    p.stderr.close()
+    try:
+        rc = p.wait(timeout=90)
+    finally:
+        if p.poll() is None:
+            for k in psutil.Process(p.pid).children(recursive=True):
+                k.kill()
+            p.kill()
+    assert rc == 1
+    files = read_tarball(only_bundle(out))
+    assert "line 49" in files["logs/child.log"].decode()
+    assert leftovers(json.loads(files["processes.json"])) == []
