@@ -8,6 +8,7 @@ extraction, size caps, unsafe members skipped). Exit codes: 0 nothing wrong, 1 f
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -121,6 +122,41 @@ def _stack_view(pid: int, body: dict[str, Any], source: str, procs: dict[str, An
     return sv
 
 
+_FH_FILE = re.compile(r"VLLM_STACK_DUMP_for_(?P<kind>worker|engine)_(?P<rank>\d+)_(?P<pid>\d+)")
+_FH_FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<name>\S+)')
+
+
+def _faulthandler_view(name: str, text: str, analysis: dict[str, Any]) -> StackView | None:
+    """A vLLM ``--watchdog-config`` dump (faulthandler text): the last dump's thread that runs
+    the worker/engine loop (else the first thread), innermost frame first."""
+    m = _FH_FILE.search(name)
+    if not m or not text:
+        return None
+    last = text.rsplit(">>> Call stack dump", 1)[-1]
+    threads: list[list[dict[str, Any]]] = []
+    for line in last.splitlines():
+        if line.startswith(("Thread 0x", "Current thread 0x")):
+            threads.append([])
+            continue
+        fm = _FH_FRAME.match(line)
+        if fm and threads:
+            fn = fm.group("file")
+            threads[-1].append({"name": fm.group("name"), "filename": fn,
+                                "short_filename": "/".join(fn.split("/")[-2:]),
+                                "line": int(fm.group("line"))})
+    if not threads:
+        return None
+    main = next((t for t in threads if any("busy_loop" in f["name"] or "run_engine_core" in
+                                           f["name"] for f in t)), threads[0])
+    body = {"label": f"{m.group('kind')} {m.group('rank')}",
+            "threads": [{"thread_name": "MainThread", "frames": main}]}
+    sv = _stack_view(int(m.group("pid")), body, name,
+                     {m.group("pid"): {"rank": int(m.group("rank")),
+                                       "role": "worker" if m.group("kind") == "worker"
+                                       else "engine-core"}}, analysis)
+    return sv
+
+
 def load_bundle_facts(br: BundleReader) -> BundleFacts:
     bf = BundleFacts()
     man = br.read_json("manifest.json")
@@ -159,6 +195,15 @@ def load_bundle_facts(br: BundleReader) -> BundleFacts:
             t = br.read_text(name, cap=4 << 20)
             if t:
                 bf.ras.append((name, t))
+        elif name.endswith(".json"):
+            j = br.read_json(name, cap=16 << 20)
+            if isinstance(j, dict):
+                bf.ras_json.append((name, j))
+    for name in br.names("vllm-watchdog/"):
+        t = br.read_text(name, cap=4 << 20)
+        sv = _faulthandler_view(name, t or "", analysis)
+        if sv is not None and not any(s.pid == sv.pid for s in bf.stacks):
+            bf.stacks.append(sv)
     fl = br.read_json("flight/index.json")
     bf.flight = fl if isinstance(fl, dict) else None
     for name in br.names("flight/"):

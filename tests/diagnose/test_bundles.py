@@ -262,3 +262,34 @@ def test_doctor_failures_are_config_context_only_on_failed_runs(tmp_path: Path) 
     assert [f.category for f in docs] == ["shared-memory"]
     assert docs[0].confidence <= 0.5 and docs[0].fix == "docker run --ipc=host"
     assert res.findings[0].rule != "doctor-check"
+
+
+def test_ras_json_counts_and_vllm_watchdog_dumps(tmp_path: Path) -> None:
+    """RAS JSON (NCCL >= 2.28 ``SET FORMAT json``; a fake: no NCCL job here) with rank 2 one
+    collective behind in both snapshots, and vLLM --watchdog-config faulthandler dumps instead
+    of py-spy stacks."""
+    b = Bundle(tmp_path / "sm120kit-bundle-h-20261202T000000Z")
+    b.write_text("logs/child.log", "\n".join(L.startup(4, 1)) + "\n")
+
+    def snap(counts: dict[int, int]) -> dict[str, Any]:
+        return {"nccl_version": "2.30.7", "communicators": [{"hash": "0xabc", "size": 4, "ranks": [
+            {"rank": r, "pid": 400 + r, "collective_counts": {"AllReduce": c, "AllGather": 7}}
+            for r, c in counts.items()]}]}
+
+    counts = {0: 6650, 1: 6650, 2: 6649, 3: 6650}
+    b.write_text("ras/status-1.json", json.dumps(snap(counts)))
+    b.write_text("ras/status-2.json", json.dumps(snap(counts)))
+    for r in range(4):
+        inner = ('  File "/v/vllm/distributed/device_communicators/pynccl.py", line 140 in all_reduce\n'
+                 if r != 2 else
+                 '  File "/v/triton/compiler/compiler.py", line 300 in compile\n')
+        b.write_text(f"vllm-watchdog/VLLM_STACK_DUMP_for_worker_{r}_{400 + r}.log",
+                     ">>> Call stack dump #1 at Wed Dec  2 10:00:00 2026 due to feed timeout\n"
+                     "Thread 0x00007f0000000001 (most recent call first):\n" + inner +
+                     '  File "/v/vllm/v1/executor/multiproc_executor.py", line 700 in worker_busy_loop\n')
+    b.write_json("manifest.json", {"collectors": []})
+    res = diagnose([b.root])
+    rules = {f.rule: f for f in res.findings}
+    assert rules["ras-state"].ranks == [2] and "unchanged" in rules["ras-state"].summary
+    assert rules["stack-asymmetry"].ranks == [2]
+    assert {s["rank"] for s in res.stalls["stacks"]} == {0, 1, 2, 3}

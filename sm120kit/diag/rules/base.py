@@ -58,6 +58,7 @@ class BundleFacts:
     stacks: list[StackView] = field(default_factory=list)
     nvml: list[dict[str, Any]] = field(default_factory=list)  # snapshots
     ras: list[tuple[str, str]] = field(default_factory=list)  # (member, text)
+    ras_json: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     flight: dict[str, Any] | None = None
     flight_text: list[tuple[str, str]] = field(default_factory=list)
     doctor: dict[str, Any] | None = None
