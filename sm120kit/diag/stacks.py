@@ -412,11 +412,25 @@ def where(sample: Sample) -> dict[str, Any]:
     if py:
         f = py[0]
         info["top"] = f"{f.get('name')} ({f.get('short_filename') or f.get('filename')}:{f.get('line')})"
-    for f in py:
+    for i, f in enumerate(py):
         fn = f.get("filename") or ""
-        if f.get("name") in COLLECTIVE_FUNCS and ("distributed" in fn or "c10d" in fn
-                                                   or "parallel_state" in fn or "communicator" in fn):
+        name = str(f.get("name") or "")
+        if fn.endswith("distributed_c10d.py"):
+            # the public torch.distributed API frame of this run of c10d frames (the blocked
+            # work.wait() sits inside it; private helpers start with "_")
+            run = [f]
+            for g in py[i + 1:]:
+                if not str(g.get("filename") or "").endswith("distributed_c10d.py"):
+                    break
+                run.append(g)
+            pub = [g for g in run if not str(g.get("name") or "").startswith("_")]
+            f = pub[-1] if pub else run[-1]
             info["collective"] = f.get("name")
+            info["collective_frame"] = f"{f.get('short_filename') or fn}:{f.get('line')}"
+            break
+        if name in COLLECTIVE_FUNCS and any(w in fn for w in (
+                "distributed", "c10d", "parallel_state", "communicator", "pynccl")):
+            info["collective"] = name
             info["collective_frame"] = f"{f.get('short_filename') or fn}:{f.get('line')}"
             break
         if f.get("name") in SYNC_FUNCS and ("cuda" in fn or "shm_broadcast" in fn or "torch" in fn):
