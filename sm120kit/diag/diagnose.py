@@ -264,7 +264,8 @@ def diagnose(paths: list[Path | str]) -> DiagnoseResult:
                         notes.append(f"{p.name}: collector {c.get('name')} {c.get('status')}: "
                                      f"{str(c.get('error'))[:160]}")
                     notes += [f"{p.name}: {n}" for n in br.notes if f"{p.name}: {n}" not in notes]
-                for name in br.log_members():
+                members = br.log_members()
+                for name in members:
                     try:
                         fh = br.open(name)
                     except READ_ERRORS as exc:
@@ -272,6 +273,8 @@ def diagnose(paths: list[Path | str]) -> DiagnoseResult:
                         continue
                     with fh:
                         _feed(an, name, fh, notes)
+                if bundle and not any(n.startswith("logs/") for n in members):
+                    _feed_tails(an, br)
         elif p.is_file():
             kinds.add("log")
             try:
@@ -294,6 +297,18 @@ def diagnose(paths: list[Path | str]) -> DiagnoseResult:
     findings = run_rules(ctx)
     return _result([str(x) for x in paths], "bundle" if "bundle" in kinds else
                    ("logs" if "logs" in kinds else "log"), an, facts, findings, notes)
+
+
+def _feed_tails(an: LogAnalysis, br: BundleReader) -> None:
+    """Attach-mode bundles have no child output, only ``logs/tail.json`` (source → lines)."""
+    tails = br.read_json("logs/tail.json")
+    if not isinstance(tails, dict):
+        return
+    for src, lines in tails.items():
+        if isinstance(lines, list):
+            an.feed_lines(f"logs/tail.json:{src}", [x for x in lines if isinstance(x, str)])
+            an.sources.append({"source": f"logs/tail.json:{src}", "bytes": 0,
+                               "lines": len(lines), "long_lines": 0, "nccl_lines_skipped": 0})
 
 
 def _is_plain_gz_log(p: Path) -> bool:

@@ -293,3 +293,15 @@ def test_ras_json_counts_and_vllm_watchdog_dumps(tmp_path: Path) -> None:
     assert rules["ras-state"].ranks == [2] and "unchanged" in rules["ras-state"].summary
     assert rules["stack-asymmetry"].ranks == [2]
     assert {s["rank"] for s in res.stalls["stacks"]} == {0, 1, 2, 3}
+
+
+def test_attach_mode_bundle_reads_tail_json(tmp_path: Path) -> None:
+    b = Bundle(tmp_path / "sm120kit-bundle-h-20261202T000001Z")
+    tails = {"Worker_TP1_DCP1": L.startup(2, 2)[:1] + [
+        "(Worker_TP1_DCP1 pid=401) Traceback (most recent call last):",
+        f"(Worker_TP1_DCP1 pid=401) {L.DCP_LSE}"]}
+    b.write_json("logs/tail.json", tails)
+    b.write_json("manifest.json", {"collectors": []})
+    res = diagnose([b.root])
+    assert res.findings[0].rule == "dcp-unsupported"
+    assert res.findings[0].evidence[0].source == "logs/tail.json:Worker_TP1_DCP1"
