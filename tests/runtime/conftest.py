@@ -159,6 +159,14 @@ def worker_env(tree: Path) -> dict[str, str]:
     return env
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 @dataclass
 class WorkerRun:
     release: str
@@ -213,6 +221,7 @@ class RuntimeResults:
     def __init__(self, base: Path) -> None:
         self.base = base
         self._runs: dict[tuple[str, str], WorkerRun] = {}
+        self._gloo: dict[tuple[str, str], list[WorkerRun]] = {}
 
     def get(self, release: str, kind: str) -> WorkerRun:
         if (release, kind) not in self._runs:
@@ -233,6 +242,24 @@ class RuntimeResults:
                 for k, fut in futures.items():
                     self._runs[(release, k)] = fut.result()
         return self._runs[(release, kind)]
+
+    def gloo(self, release: str, world: int = 2) -> list[WorkerRun]:
+        """``world`` patched workers of ``release`` joined in one real gloo process group."""
+        key = (release, f"gloo{world}")
+        if key not in self._gloo:
+            patched_tree(release)
+            port = _free_port()
+            with ThreadPoolExecutor(max_workers=world) as pool:
+                futures = [
+                    pool.submit(
+                        run_worker, release, "patched", "gloo",
+                        self.base / f"{release}-gloo{world}-rank{r}", "--release", release,
+                        "--rank", str(r), "--world", str(world), "--port", str(port),
+                    )
+                    for r in range(world)
+                ]
+                self._gloo[key] = [f.result() for f in futures]
+        return self._gloo[key]
 
     def tree(self, release: str, kind: str) -> Path:
         return patched_tree(release) if kind == "patched" else upstream_tree(release)

@@ -49,10 +49,13 @@ def run_imports() -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="rtworker")
-    ap.add_argument("mode", choices=["all", "imports"])
+    ap.add_argument("mode", choices=["all", "imports", "gloo"])
     ap.add_argument("--kind", choices=["patched", "upstream"], required=True)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--release", required=True)
+    ap.add_argument("--rank", type=int, default=0)
+    ap.add_argument("--world", type=int, default=1)
+    ap.add_argument("--port", type=int, default=0)
     args = ap.parse_args(argv)
     out: dict[str, Any] = {"release": args.release, "kind": args.kind, "timings": {}}
     stage = "imports"
@@ -60,6 +63,11 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.monotonic()
         out["imports"] = run_imports()
         out["timings"]["imports"] = round(time.monotonic() - t0, 2)
+        if args.mode == "gloo":
+            from rtworker import gloo_case
+
+            stage = "gloo"
+            out["gloo"] = gloo_case.run(args.out, args.rank, args.world, args.port)
         if args.mode == "all":
             from rtworker import impl_case, warmup_case, workspace_case
 
