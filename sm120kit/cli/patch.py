@@ -181,8 +181,8 @@ def status_cmd(
     from sm120kit.patchset.status import repo_status
     from sm120kit.patchset.targets import infer_alias, require_repo
 
-    root = require_repo(repo, "status")
     series = _series()
+    root = require_repo(repo, "status", series, alias)
     alias = alias or infer_alias(root, series)
     return _emit("status", repo_status(series, alias, root), as_json)
 
@@ -198,8 +198,8 @@ def verify_cmd(repo: Path | None, alias: str | None, base: str | None, as_json: 
     from sm120kit.patchset.targets import infer_alias, require_repo
     from sm120kit.patchset.verify import verify_tree
 
-    root = require_repo(repo, "verify")
     series = _series()
+    root = require_repo(repo, "verify", series, alias)
     alias = alias or infer_alias(root, series)
     return _emit("verify", verify_tree(series, alias, root, base), as_json)
 

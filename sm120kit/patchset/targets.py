@@ -61,8 +61,17 @@ def resolve_repo(repo: Path | None, cwd: Path | None = None) -> Path | None:
     return None
 
 
-def require_repo(repo: Path | None, command: str) -> Path:
+def require_repo(
+    repo: Path | None, command: str, series: Series | None = None, alias: str | None = None
+) -> Path:
+    """The checkout to inspect; outside one, the embedded default's ``./vllm-X.Y.Z-sm120kit``
+    of ``alias`` when it exists."""
     root = resolve_repo(repo)
+    if root is None and repo is None and series is not None and alias:
+        t = series.targets.get(alias)
+        cand = Path.cwd() / f"vllm-{t.release}-sm120kit" if t is not None and t.release else None
+        if cand is not None and cand.is_dir():
+            root = checkout_root(cand)
     if root is None:
         raise UserError(
             f"`sm120kit {command}` needs a vLLM git checkout: the current directory is not inside one",

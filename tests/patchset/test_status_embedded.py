@@ -103,6 +103,9 @@ def test_embedded_default_into_tmp_cwd(
     rc, doc = _cli(capsys, "apply", "--branch", ALIAS)
     assert rc == 0 and doc["status"] == "already-applied" and doc["kind"] == "embedded"
     assert state_fingerprint(dest) == before
+    # next to the result, `status --branch ALIAS` finds ./vllm-0.34.0-sm120kit
+    rc, st = _cli(capsys, "status", "--branch", ALIAS)
+    assert rc == 0 and st["repo"] == str(dest)
     # inside the result, it is a vLLM checkout: status works by discovery
     monkeypatch.chdir(dest / "vllm")
     rc, st = _cli(capsys, "status")
