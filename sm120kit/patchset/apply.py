@@ -105,9 +105,11 @@ def check_safe_paths(repo: Path, base_commit: str, parsed: list[ParsedPatch]) ->
 
 def _failure_hint(target: Target, failure: ge.AmFailure) -> str:
     if failure.reason == "missing-preimage":
+        made_for = f"release {target.release}" if target.release else "the release it was made for"
         return (
-            "the checkout lacks the release's blobs; fetch the release tag "
-            f"(`git fetch origin tag {target.base_ref}`), or port with --from ALIAS --port"
+            f"the base differs from {made_for} and the repository lacks the blobs a 3-way "
+            f"merge needs; make sure the base is upstream's {target.base_ref or 'tag'} "
+            "(`git fetch origin tag ...`), or port with --from ALIAS"
         )
     return (
         "the target's code differs from the release this variant was made for; "
