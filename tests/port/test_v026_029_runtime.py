@@ -48,7 +48,8 @@ def _run(release: str, kind: str, tmp: Path) -> list[dict[str, Any]]:
                           capture_output=True, text=True, timeout=600)
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("SM120KIT-RESULT ")), None)
     assert proc.returncode == 0 and line, proc.stderr[-3000:]
-    return json.loads(line.split(" ", 1)[1])  # type: ignore[no-any-return]
+    result: list[dict[str, Any]] = json.loads(line.split(" ", 1)[1])
+    return result
 
 
 def _blocks(v: Any) -> list[list[int]]:
