@@ -352,12 +352,20 @@ def _probe_writable(directory: Path) -> None:
 
 
 def _atomic_write(path: Path, data: bytes, mode: int | None = None, mtime_ns: int | None = None) -> None:
+    """Write ``data`` to a sibling temp file and move it over ``path`` (mode and, when running as
+    root, owner of the file it replaces are kept)."""
+    try:
+        old = path.stat()
+    except FileNotFoundError:
+        old = None
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.sm120kit-", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
+        if old is not None and os.geteuid() == 0 and (old.st_uid, old.st_gid) != (0, 0):
+            os.chown(tmp, old.st_uid, old.st_gid)
         if mode is not None:
             os.chmod(tmp, mode)
         if mtime_ns is not None:
@@ -590,9 +598,14 @@ def apply_installed(
     if state and state.get("state") == "applied":
         hashes = {f["path"]: f for f in state["files"]}
         current = {rel: _sha256_path(inst.root / rel) for rel in hashes}
-        if all(current[r] == hashes[r]["new_sha256"] for r in hashes) and state.get(
-            "variant"
-        ) == variant.name:
+        patched_now = all(current[r] == hashes[r]["new_sha256"] for r in hashes)
+        if patched_now and state.get("variant") != variant.name:
+            raise UserError(
+                f"vllm {inst.version} is already patched with variant {state.get('variant')} "
+                f"(state in {sdir})",
+                hint="`sm120kit revert --installed` first, then apply the other variant",
+            )
+        if patched_now:
             return InstalledApplyResult(
                 "already-applied", alias, variant.name, inst, sdir, state["files"], [],
                 dry_run, f"series {state.get('series')} already applied at {state.get('applied_at')}",

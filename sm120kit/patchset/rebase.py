@@ -82,6 +82,14 @@ def _entry_patches(directory: Path, files: list[Path], source: Variant) -> list[
 
 def _prepare_output(series: Series, write: bool, output: Path | None) -> Path:
     if write:
+        from sm120kit.patchset.targets import checkout_root
+
+        if checkout_root(series.root) is None:
+            raise UserError(
+                f"--write updates patches/ of an sm120kit source checkout; {series.root} is not "
+                "in one (an installed package?)",
+                hint="use --output DIR, or run from a git checkout of sm120kit",
+            )
         return series.root
     if output is None:
         output = Path(tempfile.mkdtemp(prefix="sm120kit-patches-"))

@@ -262,14 +262,22 @@ def test_dry_run_and_state_dir(envs: dict[str, Env], tmp_path: Path,
     assert hash_tree(env.site) == before
     sdir = tmp_path / "state"
     sdir.mkdir()
+    owned = env.site / "vllm/v1/worker/gpu/warmup.py"
+    if os.geteuid() == 0:  # root patching a file owned by someone else keeps the owner
+        os.chown(owned, 4321, 4321)
     rc, doc, err = cli(capsys, "apply", "--installed", "--python", py, "--branch", "vllm-0.33.0",
                        "--state-dir", str(sdir), "--json")
     assert rc == 0, err
     assert (sdir / "state.json").is_file() and not (env.pkg / ".sm120kit").exists()
+    if os.geteuid() == 0:
+        assert (owned.stat().st_uid, owned.stat().st_gid) == (4321, 4321)
     rc, doc, _ = cli(capsys, "status", "--installed", "--python", py, "--state-dir", str(sdir),
                      "--json")
     assert rc == 0 and doc and doc["status"] == "applied"
     assert cli(capsys, "revert", "--installed", "--python", py, "--state-dir", str(sdir))[0] == 0
+    if os.geteuid() == 0:
+        assert (owned.stat().st_uid, owned.stat().st_gid) == (4321, 4321)
+        os.chown(owned, 0, 0)
     assert hash_tree(env.site) == before
 
 

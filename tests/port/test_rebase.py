@@ -137,3 +137,30 @@ def test_revert_deletes_the_result_branch(tmp_path: Path,
     assert git(clone, "branch", "--list", "sm120kit/dcp-vllm-0.29.0") == ""
     rc, _, err = cli(capsys, "revert", "--repo", str(clone), "--branch", "vllm-0.29.0")
     assert rc == 2 and "nothing to revert" in err
+
+
+def test_rebase_write_updates_a_checkouts_patches_only(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """``--write`` goes into patches/ of a source checkout (here a tmp git copy of it)."""
+    import shutil
+
+    fork = make_fork(tmp_path / "fork", "0.33.0", drift_unrelated)
+    loose = tmp_path / "loose-patches"
+    shutil.copytree(patches_dir(), loose)
+    monkeypatch.setenv("SM120KIT_PATCHES", str(loose))
+    rc, _, err = cli(capsys, "rebase", "--onto", "main", "--repo", str(fork), "--from",
+                     "v0.32-0.33", "--name", "fork-main", "--write")
+    assert rc == 2 and "--write updates patches/ of an sm120kit source checkout" in err
+
+    checkout = tmp_path / "sm120kit-src"
+    shutil.copytree(patches_dir(), checkout / "patches")
+    git(checkout, "init", "-q")
+    monkeypatch.setenv("SM120KIT_PATCHES", str(checkout / "patches"))
+    rc, doc, err = cli(capsys, "rebase", "--onto", "main", "--repo", str(fork), "--from",
+                       "v0.32-0.33", "--name", "fork-main", "--write", "--json")
+    assert rc == 0, err
+    assert Path(doc["output"]) == checkout / "patches"
+    written = load_series(checkout / "patches").variant("fork-main")
+    written.check_checksums()
+    assert len(written.patches) == 6
