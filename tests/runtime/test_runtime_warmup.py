@@ -183,3 +183,31 @@ def test_upstream_keeps_two_token_prompt_under_dcp(runtime_results: Any, release
             assert len(p_first["scheduled_new_reqs"][0]["prompt_token_ids"]) > 2
             extra = set(p["runner_reads"]) - set(case["runner_reads"])
             assert extra <= {"scheduler_config"}, extra
+
+
+_BASE_READS = {
+    "is_pooling_model", "max_num_reqs", "kv_cache_config", "vllm_config", "max_model_len",
+    "model_state", "kv_connector",
+}
+# what each release's upstream function reads from the model runner (found from its source,
+# confirmed by the recording runner)
+UPSTREAM_READS = {
+    "0.30.0": _BASE_READS,
+    "0.31.0": _BASE_READS,
+    "0.32.0": _BASE_READS | {"num_speculative_steps"},
+    "0.33.0": _BASE_READS | {"num_speculative_steps"},
+    "0.34.0": _BASE_READS | {"num_speculative_steps", "model_config", "speculative_config"},
+}
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_runner_attributes_read(runtime_results: Any, release: str) -> None:
+    """The minimal runner is minimal: upstream reads exactly these attributes; the patch adds
+    only ``scheduler_config`` (for max_num_batched_tokens), and only when DCP > 1."""
+    for kind in ("patched", "upstream"):
+        for case in _cases(runtime_results, release, kind):
+            want = set(UPSTREAM_READS[release])
+            if kind == "patched" and case["case"]["dcp"] > 1:
+                want.add("scheduler_config")
+            assert set(case["runner_reads"]) == want, (kind, case["case"])
+            assert case["runner_writes"] == []
