@@ -141,6 +141,8 @@ def test_real_collect_bundle_of_a_crashed_rank(tmp_path: Path) -> None:
     assert top.rule == "first-dead-rank" and top.category == "rank-crashed", res.findings
     assert top.ranks == [1] and "simulated failure" in top.summary
     assert any(e.source == "logs/child.log" and e.line > 0 for e in top.evidence)
+    # the first error of rank 1 is its traceback header (torch `[rank1]:` prefix), by line order
+    assert "Traceback" in top.evidence[0].text and "[rank1]:" in top.evidence[0].text
 
 
 # --- hostile and broken inputs ---------------------------------------------------------------

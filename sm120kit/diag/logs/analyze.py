@@ -333,7 +333,7 @@ class LogAnalysis:
         # error bookkeeping
         is_err = (
             o.level in ("ERROR", "CRITICAL")
-            or text.startswith("Traceback")
+            or msg.startswith("Traceback")
             or (o.kind == "torch" and o.level == "ERROR")
             or (o.kind == "plain" and exception_line(msg) is not None)
         )
@@ -482,5 +482,10 @@ def _merge(dst: Proc, src: Proc) -> None:
     for ph, ev in src.phase_ev.items():
         dst.phase_ev.setdefault(ph, ev)
         dst.tracker.observe(ph, src.tracker.last_t or 0.0)
-    if src.last_t is not None and (dst.last_t is None or src.last_t > dst.last_t):
-        dst.last_t, dst.last = src.last_t, src.last
+    later = src.last is not None and (
+        dst.last is None
+        or (src.last_t is not None and (dst.last_t is None or src.last_t > dst.last_t))
+        or ((src.last_t == dst.last_t or src.last_t is None) and src.last.source == dst.last.source
+            and src.last.line > dst.last.line))
+    if later:
+        dst.last_t, dst.last = src.last_t or dst.last_t, src.last

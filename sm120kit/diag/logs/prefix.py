@@ -119,6 +119,8 @@ def attribute(line: str) -> Origin:
     tm = _TORCH_RANK.match(line, pos)
     if tm:
         rest = line[tm.end():]
+        if rest.startswith(" "):
+            rest = rest[1:]
         g = _GLOG.match(rest)
         lvl = None
         if g:
