@@ -158,9 +158,11 @@ def _cpu_seconds(pid: int) -> float | None:
 
 
 def py_spy_dump(
-    pid: int, *, native: bool = True, timeout: float = 10.0, exe: str | None = None
+    pid: int, *, native: bool = True, timeout: float = 10.0, exe: str | None = None,
+    retry_plain: bool = True,
 ) -> Sample:
-    """One ``py-spy dump --json`` of ``pid`` (``--native`` first; retried without on failure)."""
+    """One ``py-spy dump --json`` of ``pid`` (``--native`` first; retried without on failure
+    unless ``retry_plain=False``)."""
     exe = exe or py_spy_path()
     t0 = time.monotonic()
     if exe is None:
@@ -168,7 +170,7 @@ def py_spy_dump(
                       error_kind="missing")
     cpu = _cpu_seconds(pid)
     native_error = None
-    attempts = [True, False] if native else [False]
+    attempts = ([True, False] if retry_plain else [True]) if native else [False]
     last_err = ""
     kind = "other"
     for use_native in attempts:
@@ -377,6 +379,18 @@ def _py_frames(th: dict[str, Any]) -> list[dict[str, Any]]:
         fn = fr.get("filename") or ""
         if fr.get("line") and not re.search(r"\.so(?:\.[\d.]+)?$", fn):
             out.append(fr)
+    return out
+
+
+def native_summary(sample: Sample, depth: int = 8) -> list[str]:
+    """The innermost frames of the main thread of a ``--native`` sample (C and Python)."""
+    th = main_thread(sample)
+    if th is None:
+        return []
+    out = []
+    for f in th.get("frames", [])[:depth]:
+        lib = f.get("short_filename") or f.get("filename") or ""
+        out.append(f"{f.get('name')} ({lib}" + (f":{f.get('line')})" if f.get("line") else ")"))
     return out
 
 
