@@ -45,6 +45,14 @@ def _kv(d: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in d.items() if v not in (None, "")) or "none found"
 
 
+def _where(r: dict[str, Any]) -> str:
+    """``autotune→error``: the stage a process stopped in, then its terminal phase."""
+    stage, cur = r.get("stage"), r.get("phase")
+    if stage and cur and cur != stage:
+        return f"{stage}→{cur}"
+    return str(cur or stage or "")
+
+
 def _rank_rows(res: DiagnoseResult, max_ranks: int) -> list[list[str]]:
     rows = []
     for r in res.ranks[:max_ranks]:
@@ -55,7 +63,7 @@ def _rank_rows(res: DiagnoseResult, max_ranks: int) -> list[list[str]]:
             "" if r.get("rank") is None else str(r["rank"]),
             str(r.get("process") or r.get("role") or ""),
             "" if r.get("pid") is None else str(r["pid"]),
-            str(r.get("phase") or ""),
+            _where(r),
             f"{last.get('source')}:{last.get('line')}" if last else "",
             str(r.get("last_time") or ""),
             (err[:70] + ("…" if len(err) > 70 else "")) if err else stalls,

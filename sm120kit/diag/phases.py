@@ -366,6 +366,7 @@ class PhaseTracker:
     def __init__(self) -> None:
         self.timeline: list[tuple[str, float, str | None]] = []
         self.current: str | None = None
+        self.stage: str | None = None  # the last non-terminal ``current`` (where it stopped)
         self.last_t: float | None = None
         self.stalls: list[tuple[str, float, str | None]] = []
         self._seen: set[str] = set()
@@ -394,6 +395,7 @@ class PhaseTracker:
             return None
         if phase not in TERMINAL:
             self._high = max(self._high, PHASE_INDEX[phase])
+            self.stage = phase
         self.current = phase
         return phase
 

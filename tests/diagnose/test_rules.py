@@ -251,3 +251,18 @@ def test_findings_sorted_and_json_shape(tmp_path: Path) -> None:
         assert 0 <= f["confidence"] <= 1 and f["category"] in CATEGORIES
         for e in f["evidence"]:
             assert set(e) == {"source", "line", "text"}
+
+
+def test_dcp_warmup_stall_followed_by_nccl_timeouts(tmp_path: Path) -> None:
+    """The motivating hang: TP8/DCP8 stuck in the sparse-MLA warmup, then (600 s later) every
+    rank's watchdog fires on the same collective. The cause stays the warmup stage."""
+    rows = L.startup(8, 8)
+    rows += [L.KERNEL_WARMUP.format(name=L.worker(r, 8), pid=400 + r, ts=L.ts(200)) for r in range(8)]
+    rows.append(L.AUTOTUNE_LEADER.format(name=L.worker(0, 8), pid=400, ts=L.ts(201)))
+    rows += [L.SHM_WAIT.format(pid=300, ts=L.ts(260 + 60 * k)) for k in range(10)]
+    rows += [L.WD_24.format(r=r, seq=57, op="BROADCAST", nin=1, nout=1, tmo=600000, ran=600090)
+             for r in range(8)]
+    res = _run(tmp_path, rows)
+    assert res.findings[0].rule == "dcp-warmup-stall", [(f.rule, f.confidence) for f in res.findings]
+    assert sorted(res.findings[0].ranks) == list(range(8))
+    assert all(r["phase"] == "error" for r in res.ranks if r["rank"] is not None)

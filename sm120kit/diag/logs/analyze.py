@@ -135,6 +135,7 @@ class Proc:
             "devices": sorted(self.devs),
             "lines": self.lines,
             "phase": self.tracker.current,
+            "stage": self.tracker.stage,  # last non-terminal phase: where it stopped
             "phases": self.tracker.phases_seen(),
             "last_line": self.last.to_dict() if self.last else None,
             "first_error": self.first_error.to_dict() if self.first_error else None,

@@ -20,8 +20,9 @@ _WARM = ("kernel-warmup", "autotune")
 def check(ctx: Context) -> list[Finding]:
     dcp = ctx.dcp()
     workers = ctx.workers()
-    stuck = [p for p in workers if p.tracker.current in _WARM]
-    glob = ctx.logs.global_tracker.current
+    # the stage each rank stopped in (a later watchdog/error line does not hide it)
+    stuck = [p for p in workers if p.tracker.stage in _WARM]
+    glob = ctx.logs.global_tracker.stage
     in_warm = bool(stuck) or glob in _WARM
     leader = ctx.hits("sm120-autotune-leader")
     warm = ctx.hits("sparse-mla-warmup") + ctx.hits("autotuner-start")
