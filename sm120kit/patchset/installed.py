@@ -154,6 +154,8 @@ def locate(python: str | None = None) -> InstalledVllm:
     exe = python or sys.executable
     if python and os.sep not in python and shutil.which(python):
         exe = shutil.which(python) or python
+    elif os.sep in exe:
+        exe = os.path.abspath(exe)  # the probe runs in a temp dir; keep symlinks (venvs)
     if not (Path(exe).exists() or shutil.which(exe)):
         raise UserError(f"python interpreter not found: {exe}", hint="pass --python /path/to/python")
     with tempfile.TemporaryDirectory(prefix="sm120kit-locate-") as cwd:

@@ -281,6 +281,16 @@ def test_dry_run_and_state_dir(envs: dict[str, Env], tmp_path: Path,
     assert hash_tree(env.site) == before
 
 
+def test_relative_python_path(envs: dict[str, Env], monkeypatch: pytest.MonkeyPatch,
+                              capsys: pytest.CaptureFixture[str]) -> None:
+    env = pristine(envs["0.33.0"])
+    monkeypatch.chdir(env.root.parent)
+    rel = f"{env.root.name}/bin/python"
+    rc, doc, err = cli(capsys, "apply", "--installed", "--python", rel, "--dry-run", "--json")
+    assert rc == 1 and doc and doc["status"] == "would-apply", err
+    assert doc["installed"]["root"] == str(env.site)
+
+
 def test_bad_inputs(envs: dict[str, Env], tmp_path: Path,
                     capsys: pytest.CaptureFixture[str]) -> None:
     env = pristine(envs["0.33.0"])
