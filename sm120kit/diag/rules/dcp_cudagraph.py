@@ -11,8 +11,8 @@ def check(ctx: Context) -> list[Finding]:
         return []
     full = ctx.hits("cudagraph-full")
     ws = ctx.workers()
-    serving = any(p.tracker.current in ("serving", "api-server-ready") for p in ws) or (
-        ctx.logs.global_tracker.current == "serving")
+    serving = any(p.tracker.stage in ("serving", "api-server-ready") for p in ws) or (
+        ctx.logs.global_tracker.stage == "serving")
     if not full or not serving:
         return []
     return [RULE.finding(

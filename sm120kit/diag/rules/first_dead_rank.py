@@ -40,9 +40,7 @@ def check(ctx: Context) -> list[Finding]:
         p.first_error.text if p.first_error else "an error")
     # a timeout as the first error means the real failure left no trace in this log
     secondary = any(s in what for s in _SECONDARY[:3])
-    phase = p.tracker.current if p.tracker.current not in ("error", "shutdown") else None
-    hi = [ph for ph in p.tracker.phases_seen() if ph not in ("error", "shutdown")]
-    where = phase or (hi[-1] if hi else "startup")
+    where = p.tracker.stage or "startup"
     conf = 0.6 if secondary else 0.85
     return [RULE.finding(
         conf, f"{p.label} failed first, during {where}: {what[:300]}", ev,

@@ -21,7 +21,7 @@ def check(ctx: Context) -> list[Finding]:
     # a stall right after NCCL init (the first collective) with P2P transports in use
     p2p = sorted({t for ts in ctx.logs.transports.values() for t in ts if t.startswith("P2P")})
     ws = ctx.workers()
-    stuck_nccl = [p for p in ws if p.tracker.current == "nccl-init"]
+    stuck_nccl = [p for p in ws if p.tracker.stage == "nccl-init"]
     if p2p and ctx.stalled() and stuck_nccl and len(stuck_nccl) >= max(1, len(ws) // 2):
         ev: list[Evidence] = [p.last for p in stuck_nccl[:3] if p.last is not None]
         out.append(RULE.finding(

@@ -19,7 +19,7 @@ def check(ctx: Context) -> list[Finding]:
     if not ev:
         return []
     ws = ctx.workers()
-    where = sorted({p.tracker.current or "?" for p in ws}) or [lg.global_tracker.current or "?"]
+    where = sorted({p.tracker.stage or "?" for p in ws}) or [lg.global_tracker.stage or "?"]
     waited = sum(s for s, _e, _k in lg.shm_waits)
     extra = f", {lg.shm_count} shm_broadcast wait(s) (~{waited} s)" if lg.shm_count else ""
     return [RULE.finding(
