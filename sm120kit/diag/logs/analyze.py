@@ -63,7 +63,7 @@ def _template(o: Origin, msg: str, text: str) -> tuple[str, str] | None:
     if not msg or msg[0] in " \t":
         return None
     for w in _RISKY:
-        if w in text:
+        if w in msg:
             return None
     return (o.name or "", o.loc or msg[:40].translate(_NODIGITS))
 

@@ -29,8 +29,8 @@ _NCCL = re.compile(
 )
 _TORCH_RANK = re.compile(r"\[rank(?P<rank>\d+)\]:")
 _LEVEL = re.compile(
-    r"(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) +(?P<mon>\d\d)-(?P<day>\d\d) "
-    r"(?P<h>\d\d):(?P<m>\d\d):(?P<s>\d\d)(?:[.,]\d+)? +\[?(?P<file>[\w./<>-]+?)(?::(?P<lineno>\d+))?\] ?"
+    r"(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) +(?P<ts>\d\d-\d\d \d\d:\d\d:\d\d)"
+    r"(?:[.,]\d+)? +\[?(?P<loc>[\w./<>-]+?(?::\d+)?)\] ?"
 )
 _GLOG = re.compile(r"\[(?P<sev>[IWEF])(?P<mon>\d\d)(?P<day>\d\d) (?P<h>\d\d):(?P<m>\d\d):(?P<s>\d\d)")
 _WORKER_PARTS = re.compile(r"_(DP|PP|PCP|TP|DCP|EP)(\d+)")
@@ -90,17 +90,32 @@ def _t(mon: str, day: str, h: str, m: str, s: str) -> float:
     return float((((int(mon) * 31 + int(day)) * 24 + int(h)) * 60 + int(m)) * 60 + int(s))
 
 
+_TS_CACHE: dict[str, float] = {}
+
+
+def _ts(ts: str) -> float:
+    """``MM-DD HH:MM:SS`` → sortable seconds (cached: a log repeats each second many times)."""
+    v = _TS_CACHE.get(ts)
+    if v is None:
+        v = _t(ts[0:2], ts[3:5], ts[6:8], ts[9:11], ts[12:14])
+        if len(_TS_CACHE) > 100_000:
+            _TS_CACHE.clear()
+        _TS_CACHE[ts] = v
+    return v
+
+
 def attribute(line: str) -> Origin:
     """Parse the prefixes of an ANSI-stripped line."""
     pos = 0
-    m = _DOCKER_TS.match(line)
+    # cheap character tests gate every regex: most lines take one or two matches
+    m = _DOCKER_TS.match(line) if line[:2].isdigit() else None
     t: float | None = None
     if m:
         ts = m.group(0)
         t = _t(ts[5:7], ts[8:10], ts[11:13], ts[14:16], ts[17:19])
         pos = m.end()
     name = pid = rank = ip = None
-    while True:
+    while line.startswith("(", pos):
         pm = _PREFIX.match(line, pos)
         if not pm:
             break
@@ -109,14 +124,14 @@ def attribute(line: str) -> Origin:
         pos = pm.end()
         while pos < len(line) and line[pos] in " \r":
             pos += 1
-    nm = _NCCL.match(line, pos)
+    nm = _NCCL.match(line, pos) if " NCCL " in line else None
     if nm:
         return Origin(
             name=name, pid=int(nm.group("pid")), rank=rank, ip=ip, host=nm.group("host"),
             dev=int(nm.group("dev")), kind="nccl", level=nm.group("level"), t=t,
             message=line[nm.end():],
         )
-    tm = _TORCH_RANK.match(line, pos)
+    tm = _TORCH_RANK.match(line, pos) if line.startswith("[rank", pos) else None
     if tm:
         rest = line[tm.end():]
         if rest.startswith(" "):
@@ -132,13 +147,11 @@ def attribute(line: str) -> Origin:
         )
     lm = _LEVEL.match(line, pos)
     if lm:
-        loc = lm.group("file") + (f":{lm.group('lineno')}" if lm.group("lineno") else "")
-        lvl = lm.group("level")
+        lvl, ts, loc = lm.group("level", "ts", "loc")
         return Origin(
             name=name, pid=pid, rank=rank, ip=ip, kind="vllm",
-            level="WARNING" if lvl == "WARN" else lvl,
-            t=_t(lm.group("mon"), lm.group("day"), lm.group("h"), lm.group("m"), lm.group("s")),
-            loc=loc, message=line[lm.end():],
+            level="WARNING" if lvl == "WARN" else lvl, t=_ts(ts), loc=loc,
+            message=line[lm.end():],
         )
     return Origin(
         name=name, pid=pid, rank=rank, ip=ip, kind="vllm" if name else "plain", t=t,
