@@ -108,7 +108,7 @@ def test_drifted_fork_ports_cleanly_and_verifies(drift, tmp_path: Path,  # type:
     assert rc == 0, sdoc
 
 
-def test_edited_patch_lines_refused_with_report(tmp_path: Path,
+def test_edited_patch_lines_refused_with_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     fork = make_fork(tmp_path / "fork", VERSION, drift_patched_lines)
     before = snapshot_repo_state(fork, include_files=True)
@@ -126,10 +126,14 @@ def test_edited_patch_lines_refused_with_report(tmp_path: Path,
     assert snapshot_repo_state(fork, include_files=True) == before
 
     # the same through the CLI: exit 2, the report path printed, nothing changed
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the default report dir goes here
     rc, doc, err = cli(capsys, "apply", "--branch", ALIAS, "--repo", str(fork), "--base", "main",
                        "--from", ALIAS, "--json")
     assert rc == 2
     assert doc["status"] == "conflict" and Path(doc["report"]).is_file()
+    assert Path(doc["report"]).parent.parent == tmp_path
     assert any(k["file"] == SM for k in doc["conflicts"])
     assert snapshot_repo_state(fork, include_files=True) == before
 
