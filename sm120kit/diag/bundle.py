@@ -15,13 +15,15 @@ Layout (names are read by ``sm120kit diagnose``; keep them stable)::
       logs/tail.json        last N lines per source
       stacks/<pid>.json     first stack sample (py-spy JSON or parsed faulthandler)
       stacks/<pid>.txt      the same, as text
-      stacks/<pid>.2.json   second sample
+      stacks/<pid>.2.json   second sample (plain, a few seconds later) and .2.txt
+      stacks/<pid>.native.json / .native.txt   py-spy --native (C frames), within its budget
       stacks/analysis.json  per process: blocked/busy, top frame, collective
       ras/status-1.txt      NCCL RAS VERBOSE STATUS (and .json when the server speaks JSON)
       ras/status-2.txt
       flight/               Flight Recorder dumps, pg_config-filled copies, analyzer output
       nccl/                 NCCL_DEBUG_FILE per process (launch mode)
       vllm-watchdog/        vLLM --watchdog-config stack dumps
+      faulthandler/         SIGUSR1 faulthandler dumps of launched children (no-ptrace fallback)
 
 The manifest is rewritten after every collector finishes, so a killed collect still leaves a
 valid ``manifest.json`` describing what was gathered.

@@ -97,6 +97,7 @@ class LaunchResult:
     verdict: list[str] = field(default_factory=list)
     added_env: dict[str, str] = field(default_factory=dict)
     watchdog: str | None = None
+    self_cpu_s: float | None = None  # CPU time collect itself used (not its child)
 
     def to_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
@@ -661,7 +662,18 @@ class Supervisor:
             current_phase=cur, child_exit_code=child_rc, seconds=round(self.now(), 3),
             detect_to_bundle_s=d2b, stop_steps=steps, verdict=res.verdict if res else [],
             added_env=self.redactor.env(self.added), watchdog=self.watchdog_note,
+            self_cpu_s=_self_cpu(),
         )
+
+
+def _self_cpu() -> float | None:
+    try:
+        import resource
+
+        ru = resource.getrusage(resource.RUSAGE_SELF)
+        return round(ru.ru_utime + ru.ru_stime, 3)
+    except (ImportError, OSError):
+        return None
 
 
 def _print_event(msg: str) -> None:
