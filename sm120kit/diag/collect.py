@@ -529,12 +529,12 @@ def finalize(bundle: Bundle, procs: list[Proc], ctx: Context, res: Result | None
         rec.status, rec.error = "error", str(exc)
     rec.seconds = round(time.monotonic() - t0, 3)
     bundle.record(rec)
-    # NCCL writes its files straight into the bundle: redact them in place
-    for p in sorted((bundle.root / "nccl").glob("*")) + sorted(
-            (bundle.root / "vllm-watchdog").glob("*") if (bundle.root / "vllm-watchdog").exists()
-            else []):
-        if p.is_file():
-            bundle.copy_text_file(p, str(p.relative_to(bundle.root)))
+    # NCCL, vLLM's watchdog and faulthandler write straight into the bundle: redact in place
+    for sub in ("nccl", "vllm-watchdog", "faulthandler"):
+        d = bundle.root / sub
+        for p in sorted(d.glob("*")) if d.is_dir() else []:
+            if p.is_file() and not p.is_symlink():
+                bundle.copy_text_file(p, str(p.relative_to(bundle.root)))
     timeline = {
         "mode": ctx.mode,
         "started": iso(ctx.started) if ctx.started else None,

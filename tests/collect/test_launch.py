@@ -206,3 +206,21 @@ def test_closed_terminal_still_stops_the_child_and_bundles(tmp_path: Path) -> No
     files = read_tarball(only_bundle(out))
     assert "line 49" in files["logs/child.log"].decode()
     assert leftovers(json.loads(files["processes.json"])) == []
+
+
+def test_keep_running_after_a_stall(tmp_path: Path) -> None:
+    """--keep-running: the bundle is written at the stall, the command is left alone and exits
+    by itself; collect still reports the stall (exit 1)."""
+    out = tmp_path / "out"
+    child = ("import time\nprint('step 1', flush=True)\ntime.sleep(4)\n"
+             "print('recovered', flush=True)\n")
+    r = run_collect(["-o", str(out), "--stall-timeout", "1.5", "--deadline", "10", "--json",
+                     "--keep-running", "--no-doctor", "--sample-gap", "0.5", "--",
+                     sys.executable, "-c", child], env=_env())
+    assert r.returncode == 1, r.stderr[-2000:]
+    res = json.loads(r.stdout)
+    assert res["outcome"] == "stalled" and res["child_exit_code"] == 0
+    assert res["stop_steps"] == []  # never signalled: it finished on its own
+    assert "recovered" in r.stderr  # with --json the child's stdout is echoed on stderr
+    files = read_tarball(only_bundle(out))
+    assert "step 1" in files["logs/child.log"].decode()
