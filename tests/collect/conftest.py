@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.collect.helpers import GLOO_JOB, kill_group, wait_for_ranks
+from .helpers import GLOO_JOB, kill_group, wait_for_ranks
 
 
 @pytest.fixture()

@@ -12,7 +12,8 @@ from pathlib import Path
 import psutil
 
 from sm120kit.diag.procs import classify, discover
-from tests.collect.helpers import (
+
+from .helpers import (
     GLOO_JOB,
     kill_group,
     only_bundle,

@@ -10,7 +10,8 @@ from pathlib import Path
 import psutil
 
 from sm120kit.diag.collect import collect_processes
-from tests.collect.helpers import read_tarball
+
+from .helpers import read_tarball
 
 
 def test_collect_processes_gloo_stall(gloo_stall, tmp_path: Path) -> None:

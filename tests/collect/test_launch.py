@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 
-from tests.collect.helpers import GLOO_JOB, leftovers, only_bundle, read_tarball, run_collect
+from .helpers import GLOO_JOB, leftovers, only_bundle, read_tarball, run_collect
 
 
 def _env(**extra: str) -> dict[str, str]:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.collect.helpers import leftovers, only_bundle, read_tarball, run_collect
+from .helpers import leftovers, only_bundle, read_tarball, run_collect
 
 LOGS = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "vllm-logs"
 if not LOGS.is_dir():  # the checkout is /work/main; the data lives next to it

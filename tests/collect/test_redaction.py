@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 from sm120kit.diag.redact import REDACTED, Redactor, is_secret_env_name, is_secret_flag
-from tests.collect.helpers import only_bundle, read_tarball, run_collect
+
+from .helpers import only_bundle, read_tarball, run_collect
 
 SECRETS = {
     "HF_TOKEN": "hf_PlantedTokenAbCdEfGhIjKlMn0123",
