@@ -14,6 +14,8 @@ from .helpers import leftovers, only_bundle, read_tarball, run_collect
 LOGS = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "vllm-logs"
 if not LOGS.is_dir():  # the checkout is /work/main; the data lives next to it
     LOGS = Path("/work/shared/data/vllm-logs")
+pytestmark = pytest.mark.skipif(not (LOGS / "manifest.json").exists(),
+                                reason=f"the public vLLM log fixtures are not at {LOGS}")
 
 REPLAY = r'''
 import sys, time
