@@ -312,6 +312,24 @@ def _collect_ras(bundle: Bundle, opts: Options, runner: _Runner, rec: CollectorR
     rec.files = files
 
 
+#: how long to wait for the dump after a torch NCCL watchdog timeout. Seen on an H200 with torch
+#: 2.11: "preparing to dump debug info" 0.2 s after the timeout line, the stack trace of the failed
+#: collective 4.4 s later, the dump itself after that; the default 3 s wait missed it.
+FR_TIMEOUT_WAIT_S = 20.0
+_FR_DUMPING = ("watchdog-timeout", "Watchdog caught collective operation timeout",
+               "preparing to dump debug info", "Received a dump signal")
+
+
+def _fr_wait(opts: Options, ctx: Context) -> float:
+    """Seconds to wait for Flight Recorder files: longer when torch is known to be dumping."""
+    env = ctx.env or {}
+    dumping = env.get("TORCH_NCCL_DUMP_ON_TIMEOUT", "1") not in ("0", "false", "False")
+    texts = [ctx.reason or ""] + [ln for lines in ctx.logs.values() for ln in lines[-50:]]
+    if dumping and any(k in t for t in texts for k in _FR_DUMPING):
+        return max(opts.fr_wait_s, FR_TIMEOUT_WAIT_S)
+    return opts.fr_wait_s
+
+
 def _collect_flight(bundle: Bundle, opts: Options, ctx: Context, runner: _Runner,
                     rec: CollectorRecord) -> None:
     prefixes = list(dict.fromkeys(ctx.fr_prefixes))
@@ -324,7 +342,7 @@ def _collect_flight(bundle: Bundle, opts: Options, ctx: Context, runner: _Runner
     # torch writes dumps asynchronously (watchdog, pipe, a rank's own thread): wait, in parallel
     # with the stack samples, until the set of dump files stops growing
     found: dict[str, dict[int, Path]] = {}
-    end = time.monotonic() + min(opts.fr_wait_s, max(0.0, runner.left() - 5.0))
+    end = time.monotonic() + min(_fr_wait(opts, ctx), max(0.0, runner.left() - 5.0))
     last_n, stable_since = -1, time.monotonic()
     while True:
         found = {}
@@ -410,6 +428,13 @@ def _collect_nccl_logs(bundle: Bundle, ctx: Context, rec: CollectorRecord) -> No
             if p.is_file():
                 bundle.copy_text_file(p, f"nccl/{p.name}")
                 files.append(f"nccl/{p.name}")
+    # files NCCL wrote straight into the bundle (collect pointed NCCL_DEBUG_FILE there)
+    direct = bundle.path("nccl/x").parent
+    if direct.is_dir():
+        for p in sorted(direct.iterdir())[:512]:
+            name = f"nccl/{p.name}"
+            if p.is_file() and name not in files:
+                files.append(name)
     if not files:
         raise _Skip("no NCCL debug files (NCCL_DEBUG_FILE unset or nothing written)")
     rec.files = files

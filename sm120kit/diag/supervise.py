@@ -194,8 +194,11 @@ def diagnostic_env(
             # older torch reads only the old name; newer ones warn that it is deprecated
             put("TORCH_NCCL_TRACE_BUFFER_SIZE", "2000")
     put("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
-    put("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", flight_prefix)
-    put("TORCH_FR_DUMP_TEMP_FILE", flight_prefix)
+    # the two names are one setting (TORCH_FR_DUMP_TEMP_FILE is the new name and wins in torch
+    # >= 2.10): adding one beside the user's other would silently move their dumps
+    if not any(k in env for k in flight.FR_PREFIX_VARS):
+        put("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", flight_prefix)
+        put("TORCH_FR_DUMP_TEMP_FILE", flight_prefix)
     put("TORCH_NCCL_DEBUG_INFO_PIPE_FILE", str(bundle_root / "flight" / "pipe_rank_"))
     if "NCCL_DEBUG" not in env and "NCCL_DEBUG_FILE" not in env:
         put("NCCL_DEBUG", "INFO")
