@@ -10,9 +10,12 @@ mkdir -p "$OUT/v"
 V=$OUT/v
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 PY=${PYTHON:-python3}
+STEPS=${STEPS:-facts doctor warmup triton hang-sleep hang-nccl warmup-stall gpu-tests}
+want() { case " $STEPS " in *" $1 "*) return 0;; esac; return 1; }
 step() { echo; echo "=== $* [$(date +%T)]"; }
 t() { local s=$(date +%s%N); "$@"; local rc=$?; echo "rc=$rc wall=$(( ($(date +%s%N) - s) / 1000000 ))ms" >&2; return $rc; }
 
+if want facts; then
 step facts
 nvidia-smi > "$V/nvidia-smi.txt" 2>&1
 nvidia-smi -q > "$V/nvidia-smi-q.txt" 2>&1
@@ -21,6 +24,8 @@ cat "$V/nvsmi.csv"
 nvidia-smi topo -m > "$V/topo.txt" 2>&1
 $PY -c 'import torch,sys;print("torch",torch.__version__,"cuda",torch.version.cuda,"gpus",torch.cuda.device_count(),torch.cuda.get_device_capability(0))'
 
+fi
+if want doctor; then
 step doctor
 t $PY -m sm120kit doctor --json > "$V/doctor.json"; echo "doctor rc=$?"
 t $PY -m sm120kit doctor --deep --layout --json > "$V/doctor-deep.json"; echo "doctor deep rc=$?"
@@ -30,8 +35,11 @@ if ls .devcarry/flashinfer_python-*.whl >/dev/null 2>&1; then
   $PY -m pip install -q --no-index --no-deps --no-compile --target /tmp/fi .devcarry/flashinfer_python-*.whl
   PYTHONPATH=/tmp/fi:${PYTHONPATH:-} t $PY -m sm120kit doctor --json > "$V/doctor-flashinfer.json"
 fi
+$PY scripts/bench_doctor.py --runs 5 > "$V/bench-doctor.txt" 2>&1; tail -8 "$V/bench-doctor.txt"
 $PY scripts/compare_nvml.py "$V/nvml-snapshot.json" "$V/nvidia-smi-q.txt" "$V/nvsmi.csv" > "$V/nvml-compare.txt" 2>&1; cat "$V/nvml-compare.txt"
 
+fi
+if want warmup; then
 step warmup
 t $PY -m sm120kit warmup run --device cuda --dcp 1 --json > "$V/warmup-cuda-dcp1.json"; tail -c 600 "$V/warmup-cuda-dcp1.json"
 for n in 2 4 8; do
@@ -40,6 +48,8 @@ for n in 2 4 8; do
 done
 t $PY -m sm120kit warmup run --device cpu --dcp 8 --json > "$V/warmup-cpu-dcp8.json"
 
+fi
+if want triton; then
 step triton-crosscheck
 for tb in .devcarry/vllm-*-py.tar.xz; do
   [ -f "$tb" ] || continue
@@ -49,6 +59,8 @@ for tb in .devcarry/vllm-*-py.tar.xz; do
   tail -c 800 "$V/crosscheck-$(basename "$d").json"; tail -5 "$V/crosscheck-err.txt"
 done
 
+fi
+if want hang-sleep; then
 step hang-sleep
 $PY scripts/gpu_hang_demo.py sleep --seconds 60 > "$V/hang-sleep.out" 2>&1 &
 HP=$!
@@ -58,6 +70,8 @@ t $PY -m sm120kit collect --attach $HP -o "$V/attach-sleep" --json > "$V/attach-
 kill $HP 2>/dev/null; wait $HP 2>/dev/null
 tail -c 1500 "$V/attach-sleep.json"
 
+fi
+if want hang-nccl; then
 step hang-nccl
 export TORCH_NCCL_DUMP_ON_TIMEOUT=1 TORCH_NCCL_TRACE_BUFFER_SIZE=2000 TORCH_NCCL_DEBUG_INFO_TEMP_FILE=$V/fr/nccl_trace_rank_
 mkdir -p "$V/fr"
@@ -66,8 +80,22 @@ tail -c 1500 "$V/collect-nccl.json"; tail -20 "$V/collect-nccl.err"
 ls -la "$V/fr" "$V"/collect-nccl/* 2>/dev/null | head -30
 unset TORCH_NCCL_DUMP_ON_TIMEOUT TORCH_NCCL_TRACE_BUFFER_SIZE TORCH_NCCL_DEBUG_INFO_TEMP_FILE
 
+fi
+if want gpu-tests; then
 step gpu-tests
 t $PY -m pytest -q -rs -m "gpu or sm120" -p no:cacheprovider tests 2>&1 | tail -15
+
+fi
+if want warmup-stall; then
+step warmup-stall
+t $PY -m sm120kit warmup run --device cuda --dist-backend gloo --dcp 4 --inject-stall 2:merge --stall-timeout 10 --bundle-dir "$V/warmup-stall" --json > "$V/warmup-stall.json"
+tail -c 1200 "$V/warmup-stall.json"
+for b in "$V"/warmup-stall/*.tar.gz "$V"/collect-nccl/*.tar.gz; do
+  [ -f "$b" ] || continue
+  t $PY -m sm120kit diagnose "$b" --json > "$V/diagnose-$(basename "$(dirname "$b")").json"
+  $PY -m sm120kit diagnose "$b" 2>&1 | head -30
+done
+fi
 
 step pack
 tar -czf "$OUT/validate.tar.gz" -C "$OUT" v && rm -rf "$V"
