@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from sm120kit.diag.logs.analyze import Evidence
 from sm120kit.diag.rules import (
+    collective_not_started,
     config_invalid,
     dcp_cudagraph,
     dcp_unsupported,
@@ -46,6 +47,7 @@ RULES: tuple[Rule, ...] = (
     dcp_warmup.RULE,
     timeout_too_short.RULE,
     stack_asymmetry.RULE,
+    collective_not_started.RULE,
     kernel_hang.RULE,
     p2p_transport.RULE,
     dcp_cudagraph.RULE,
