@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -84,7 +85,8 @@ def vllm_patched(tmp_path_factory: pytest.TempPathFactory, vllm_tree: Path) -> P
     dest = tmp_path_factory.mktemp("vllm-patched") / "tree"
     shutil.copytree(vllm_tree, dest, ignore=shutil.ignore_patterns("*.lock", ".complete"))
     for p in patches:
-        subprocess.run(["git", "apply", str(p)], cwd=dest, check=True, capture_output=True)
+        subprocess.run(["git", "apply", str(p)], cwd=dest, check=True, capture_output=True,
+                       env={**os.environ, "GIT_CEILING_DIRECTORIES": str(dest.parent)})
     return dest
 
 

@@ -62,6 +62,7 @@ def test_upstream_lse_impl_recognised_without_manifest(vllm_patched: Path,
 
 
 def test_partially_applied_series(vllm_tree: Path, tmp_path: Path) -> None:
+    import os
     import shutil
     import subprocess
 
@@ -72,7 +73,8 @@ def test_partially_applied_series(vllm_tree: Path, tmp_path: Path) -> None:
                     dest / "vllm" / "v1" / "attention" / "backends")
     (dest / "vllm" / "__init__.py").write_text((vllm_tree / "vllm" / "__init__.py").read_text())
     first = sorted((repo / "patches" / "v0.32-0.33").glob("0001-*.patch"))[0]
-    subprocess.run(["git", "apply", str(first)], cwd=dest, check=True, capture_output=True)
+    subprocess.run(["git", "apply", str(first)], cwd=dest, check=True, capture_output=True,
+                   env={**os.environ, "GIT_CEILING_DIRECTORIES": str(dest.parent)})
     rep = _run(tmp_path, [dest], only=["vllm.dcp_support"], dcp_planned=2)
     c = rep.get("vllm.dcp_support")
     assert c.status == "fail" and "partly applied" in c.summary

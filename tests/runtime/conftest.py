@@ -101,6 +101,9 @@ def patched_tree(release: str) -> Path:
                 capture_output=True,
                 text=True,
                 timeout=120,
+                # the cache may lie inside a git checkout (CI keeps it in .ci/cache): without a
+                # ceiling, git apply works relative to that repo and silently skips every file
+                env={**os.environ, "GIT_CEILING_DIRECTORIES": str(tmp.parent)},
             )
             if proc.returncode != 0:
                 shutil.rmtree(tmp, ignore_errors=True)
