@@ -30,7 +30,8 @@ def _norm(project: str) -> str:
 
 
 @contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def locked(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock file ``<path>.lock`` (several processes building one artifact)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(str(path) + ".lock", "w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
@@ -65,7 +66,7 @@ def fetch_wheel(
     if hit:
         return hit
     wheels = cache_dir() / "wheels"
-    with _locked(wheels / f"{_norm(project)}-{version}"):
+    with locked(wheels / f"{_norm(project)}-{version}"):
         hit = find_cached_wheel(project, version)
         if hit:
             return hit
@@ -109,7 +110,7 @@ def unpack_python_files(wheel: Path, dest: Path, *, include_dist_info: bool = Tr
     """Extract only ``*.py`` files (and the dist-info) of ``wheel`` into ``dest`` (atomic)."""
     if dest.is_dir() and (dest / ".complete").exists():
         return dest
-    with _locked(dest):
+    with locked(dest):
         if dest.is_dir() and (dest / ".complete").exists():
             return dest
         tmp = dest.with_name(dest.name + f".tmp-{os.getpid()}")
@@ -181,7 +182,7 @@ def release_repo(version: str, *, progress: Callable[[str], None] | None = None)
     if (dest / ".git" / "sm120kit-complete").exists():
         return dest
     tree = release_tree("vllm", version, progress=progress)
-    with _locked(dest):
+    with locked(dest):
         if (dest / ".git" / "sm120kit-complete").exists():
             return dest
         if progress:

@@ -21,7 +21,6 @@ tree, so every release (and patched vs. upstream) lives in its own process. Byte
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -29,9 +28,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,21 +40,13 @@ XGRAMMAR_PIN = "xgrammar==0.2.8"  # vLLM 0.32-0.34 pin it exactly; 0.31 pins 0.2
 WORKER_TIMEOUT_S = 600
 
 
+from sm120kit.patchset.release import locked  # noqa: E402
+
+
 def cache_root() -> Path:
     from sm120kit.paths import cache_dir
 
     return cache_dir() / "runtime"
-
-
-@contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(str(path) + ".lock", "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def variant_for(release: str) -> Any:
@@ -88,7 +77,7 @@ def patched_tree(release: str) -> Path:
     if stamp.is_file() and stamp.read_text().strip() == key:
         return dest
     src = upstream_tree(release)
-    with _locked(dest):
+    with locked(dest):
         if stamp.is_file() and stamp.read_text().strip() == key:
             return dest
         tmp = dest.with_name(dest.name + f".tmp-{os.getpid()}")
@@ -123,7 +112,7 @@ def nodeps_dir() -> Path:
     stamp = dest / ".complete"
     if stamp.is_file() and stamp.read_text().strip() == XGRAMMAR_PIN:
         return dest
-    with _locked(dest):
+    with locked(dest):
         if stamp.is_file() and stamp.read_text().strip() == XGRAMMAR_PIN:
             return dest
         tmp = dest.with_name(dest.name + f".tmp-{os.getpid()}")
