@@ -48,7 +48,7 @@ def anchor_pyspy(world: int) -> float:
     """Sequential plain py-spy dumps of every rank of a fresh stalled job."""
     import psutil
 
-    from sm120kit.diag.stacks import py_spy_path
+    from sm120kit.evidence.stacks import py_spy_path
 
     exe = py_spy_path()
     if exe is None:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from sm120kit.diag.diagnose import diagnose
+from sm120kit.diagnose.engine import diagnose
 from sm120kit.doctor import run_doctor
 from sm120kit.facts.nvml import snapshot
 from sm120kit.facts.nvml_seam import RecordedSeam

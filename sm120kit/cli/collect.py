@@ -125,8 +125,8 @@ def collect_cmd(
                 raise UserError(f"--attach expects a PID, got {attach!r}",
                                 hint="sm120kit collect --attach [PID]")
             pid = int(attach)
-        from sm120kit.diag.collect import Options
-        from sm120kit.diag.collect import attach as do_attach
+        from sm120kit.collect.attach import attach as do_attach
+        from sm120kit.collect.snapshot import Options
 
         opts = Options(deadline_s=deadline, sample_gap_s=sample_gap,
                        stack_method="py-spy" if stacks == "auto" else stacks,
@@ -145,7 +145,7 @@ def collect_cmd(
 
     if shutil.which(argv[0]) is None and not Path(argv[0]).exists():
         raise UserError(f"command not found: {argv[0]}", hint="check PATH / the virtualenv")
-    from sm120kit.diag.supervise import LaunchOptions, launch
+    from sm120kit.collect.supervise import LaunchOptions, launch
 
     lo = LaunchOptions(
         out_dir=out_dir, stall_timeout=stall_timeout, until_ready=until_ready,

@@ -1,4 +1,4 @@
-"""``sm120kit diagnose``: parse options, call ``sm120kit.diag.diagnose``, render.
+"""``sm120kit diagnose``: parse options, call ``sm120kit.diagnose.engine``, render.
 
 Human output: the verdict first, then versions/config, the phase timeline, the per-rank table,
 and the findings with their evidence (file:line) and fixes. ``--markdown`` is the same as a
@@ -14,7 +14,7 @@ import click
 from sm120kit.report import dump_json
 
 if TYPE_CHECKING:
-    from sm120kit.diag.diagnose import DiagnoseResult
+    from sm120kit.diagnose.engine import DiagnoseResult
 
 
 @click.command("diagnose")
@@ -29,7 +29,7 @@ def diagnose_cmd(inputs: tuple[str, ...], as_json: bool, markdown: bool, max_ran
     a `sm120kit collect` bundle (.tar.gz or directory). Exit 0: nothing wrong found;
     1: findings; 2: unusable input.
     """
-    from sm120kit.diag.diagnose import diagnose
+    from sm120kit.diagnose.engine import diagnose
 
     res = diagnose(list(inputs))
     if as_json:

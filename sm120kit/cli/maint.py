@@ -32,8 +32,8 @@ class BranchRevertResult:
 
 
 def _revert_branch(repo: Path | None, alias: str | None, into: str | None) -> BranchRevertResult:
+    from sm120kit.facts.series import load_series
     from sm120kit.patchset.gitcmd import rev_parse, run_git
-    from sm120kit.patchset.manifest import load_series
     from sm120kit.patchset.markers import marker_files, read_revisions, variant_marker_states
     from sm120kit.patchset.targets import require_repo
 

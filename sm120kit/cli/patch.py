@@ -68,7 +68,7 @@ def _json_errors(command: str) -> Callable[[F], F]:
 
 
 def _series() -> Any:
-    from sm120kit.patchset.manifest import load_series
+    from sm120kit.facts.series import load_series
 
     return load_series()
 

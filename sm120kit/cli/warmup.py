@@ -16,7 +16,7 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Machine-read
 def _serve(args: tuple[str, ...]) -> Any:
     if not args:
         return None
-    from sm120kit.warmup.vllm_args import parse_serve_args
+    from sm120kit.facts.serve_args import parse_serve_args
 
     return parse_serve_args(list(args))
 
@@ -24,7 +24,7 @@ def _serve(args: tuple[str, ...]) -> Any:
 def _human(value: str | None, option: str) -> int | None:
     if value is None:
         return None
-    from sm120kit.warmup.vllm_args import parse_human_int
+    from sm120kit.facts.serve_args import parse_human_int
 
     return parse_human_int(value, option)
 
@@ -69,8 +69,8 @@ def plan_cmd(
 
     Values come from the options, else from `-- vllm serve ...` arguments after `--`.
     """
+    from sm120kit.facts.dcp import plan_warmup
     from sm120kit.report import console, dump_json
-    from sm120kit.warmup.plan import plan_warmup
 
     sa = _serve(serve_args)
     n = _pick(dcp, sa, "decode_context_parallel_size")

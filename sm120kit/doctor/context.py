@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from sm120kit.doctor.launch import LaunchPlan
+from sm120kit.facts import cuda, flashinfer, host, nvml, vllm
 
 T = TypeVar("T")
 
 
-class Context:
+class DoctorContext:
     def __init__(
         self,
         *,
@@ -69,23 +70,15 @@ class Context:
 
     # -- facts -----------------------------------------------------------------------------
     def flashinfer(self) -> Any:
-        from sm120kit.facts import flashinfer
-
         return self.cached("flashinfer", lambda: flashinfer.inspect(self.paths))
 
     def vllm(self) -> Any:
-        from sm120kit.facts import vllm
-
         return self.cached("vllm", lambda: vllm.inspect(self.paths, series_root=self.series_root))
 
     def torch(self) -> dict[str, Any] | None:
-        from sm120kit.facts import cuda
-
         return self.cached("torch", lambda: cuda.torch_build(self.paths))
 
     def nvcc(self) -> dict[str, Any]:
-        from sm120kit.facts import cuda
-
         def read() -> dict[str, Any]:
             path = cuda.find_nvcc(self.environ, self.root)
             return {"path": path, "version": cuda.nvcc_version(path) if path else None}
@@ -93,8 +86,6 @@ class Context:
         return self.cached("nvcc", read)
 
     def nvml(self) -> Any:
-        from sm120kit.facts import nvml
-
         return self.cached("nvml", lambda: nvml.snapshot(self.nvml_timeout, seam=self.nvml_seam,
                                                          environ=self.environ))
 
@@ -105,8 +96,6 @@ class Context:
 
     def gpu_bus_ids(self) -> list[str]:
         """NVML bus ids of the visible GPUs when NVML answered, else NVIDIA devices in sysfs."""
-        from sm120kit.facts import host
-
         def read() -> list[str]:
             snap = self.peek("nvml")
             if snap is not None and snap.available and snap.gpus:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from sm120kit.errors import UserError
+from sm120kit.facts.serve_args import parse_serve_args
 
 # option -> (field, type); short aliases as vLLM defines them (0.33 arg_utils.py)
 _OPTS: dict[str, tuple[str, str]] = {
@@ -123,15 +124,10 @@ def _apply(plan: LaunchPlan, key: str, value: Any) -> None:
 def parse_serve_argv(argv: Sequence[str]) -> LaunchPlan:
     """``vllm serve MODEL --tensor-parallel-size 8 ...`` (``vllm``/``serve`` optional).
 
-    The fields the warmup planner also needs come from ``sm120kit.warmup.vllm_args`` (one
-    parser for both commands) when it is importable; this module's own parser covers the rest
-    (and everything, should the warmup package be missing).
+    The fields the warmup planner also needs come from ``sm120kit.facts.serve_args`` (one
+    parser for both commands); this module's own parser covers the rest.
     """
     plan = _parse_own(argv)
-    try:
-        from sm120kit.warmup.vllm_args import parse_serve_args
-    except ImportError:
-        return plan
     sa = parse_serve_args(list(argv))
     plan.model = sa.model or plan.model
     plan.tp, plan.dcp = sa.tensor_parallel_size, sa.decode_context_parallel_size

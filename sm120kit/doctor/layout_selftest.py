@@ -1,6 +1,6 @@
 """fp8_ds_mla pack/unpack self-test (``doctor --layout``), run as a subprocess (torch, CPU).
 
-Packs synthetic KV rows with ``sm120kit.warmup.fp8ds`` in both row layouts (656 B: 512 fp8 e4m3 +
+Packs synthetic KV rows with ``sm120kit.facts.fp8ds`` in both row layouts (656 B: 512 fp8 e4m3 +
 4 fp32 scales + 64 bf16 rope; 528 B: no rope) and both scale formats, then checks the byte
 layout (scales at bytes 512..528 read back as the computed fp32 scales; pow2 scales are powers
 of two; rope bytes are the bf16 values) and the round trip (|x - unpack(pack(x))| within the
@@ -13,16 +13,14 @@ import json
 import sys
 from typing import Any
 
+from sm120kit.facts import fp8ds
+
 
 def run() -> dict[str, Any]:
     try:
         import torch
     except Exception as exc:
         return {"status": "skip", "reason": f"torch is not importable: {exc}"}
-    try:
-        from sm120kit.warmup import fp8ds
-    except ImportError as exc:
-        return {"status": "skip", "reason": f"sm120kit.warmup.fp8ds unavailable: {exc}"}
     g = torch.Generator().manual_seed(1234)
     cases: list[dict[str, Any]] = []
     t = 257

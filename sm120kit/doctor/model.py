@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sm120kit.errors import ExitCode
+from sm120kit.report import to_jsonable
 
 SCHEMA = 1
 STATUS_RANK = {"fail": 0, "error": 1, "warn": 2, "skip": 3, "ok": 4}
@@ -59,8 +60,6 @@ class CheckResult:
     duration_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        from sm120kit.report import to_jsonable
-
         return {"id": self.id, "area": self.area, "tier": self.tier, "status": self.status,
                 "summary": self.summary, "evidence": to_jsonable(self.evidence), "fix": self.fix,
                 "duration_s": round(self.duration_s, 4)}
@@ -106,8 +105,6 @@ class DoctorReport:
                                                   STATUS_RANK.get(c.status, 9), order[c.id]))
 
     def to_dict(self) -> dict[str, Any]:
-        from sm120kit.report import to_jsonable
-
         return {"schema": SCHEMA, "exit_code": self.exit_code, "counts": self.counts,
                 "tiers": list(self.tiers), "options": to_jsonable(self.options),
                 "duration_s": round(self.duration_s, 4),

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from sm120kit.doctor.context import Context
+    from sm120kit.doctor.context import DoctorContext
     from sm120kit.doctor.model import Outcome
 
-CheckFn = Callable[["Context"], "Outcome"]
+CheckFn = Callable[["DoctorContext"], "Outcome"]
 
 CHECK_MODULES = (
     "sm120kit.doctor.checks.packages",

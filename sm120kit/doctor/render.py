@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from sm120kit import __version__
 from sm120kit.doctor.model import DoctorReport
+from sm120kit.report import styled
 
 ICON = {"ok": "ok", "warn": "WARN", "fail": "FAIL", "skip": "skip", "error": "ERROR"}
 
@@ -17,8 +19,6 @@ def summary_line(report: DoctorReport) -> str:
 
 def render_table(report: DoctorReport, console: Any) -> None:
     from rich.table import Table
-
-    from sm120kit.report import styled
 
     table = Table(show_header=True, header_style="bold", expand=False, show_lines=False)
     table.add_column("area")
@@ -40,8 +40,6 @@ def render_table(report: DoctorReport, console: Any) -> None:
 
 
 def render_markdown(report: DoctorReport) -> str:
-    from sm120kit import __version__
-
     lines = [f"## sm120kit doctor ({__version__})", "", summary_line(report), "",
              "| area | check | status | summary | fix |", "|---|---|---|---|---|"]
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import traceback
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sm120kit.doctor.context import Context
+from sm120kit.doctor.context import DoctorContext
+from sm120kit.doctor.launch import build_plan
 from sm120kit.doctor.model import CheckResult, DoctorReport, Outcome
 from sm120kit.doctor.registry import Check, all_checks
 from sm120kit.errors import UserError
@@ -16,7 +18,7 @@ from sm120kit.errors import UserError
 STATUSES = ("ok", "warn", "fail", "skip", "error")
 
 
-def run_one(chk: Check, ctx: Context, timeout: float | None = None) -> CheckResult:
+def run_one(chk: Check, ctx: DoctorContext, timeout: float | None = None) -> CheckResult:
     limit = chk.timeout if timeout is None else timeout
     if chk.kind == "launch" and ctx.launch is None:
         return CheckResult(chk.id, chk.area, chk.tier, "skip", "needs a launch config (pass "
@@ -101,10 +103,6 @@ def run_doctor(
     Raises ``UserError`` only for bad input: unknown ``--only`` id, unreadable ``--config``,
     malformed launch arguments.
     """
-    import os
-
-    from sm120kit.doctor.launch import build_plan
-
     t0 = time.perf_counter()
     env = dict(os.environ) if environ is None else environ
     plan = build_plan(launch_argv, config_path, env)
@@ -121,7 +119,7 @@ def run_doctor(
             if "tp" not in plan.given and plan.tp < dcp_planned:
                 plan.tp = dcp_planned
                 plan.notes.append(f"TP not given: assumed TP = DCP = {dcp_planned}")
-    ctx = Context(root=root, environ=env, paths=paths, launch=plan, dcp_planned=dcp_planned,
+    ctx = DoctorContext(root=root, environ=env, paths=paths, launch=plan, dcp_planned=dcp_planned,
                   series_root=series_root, nvml_seam=nvml_seam, nvml_timeout=nvml_timeout)
     chosen = select(all_checks(), tiers=tiers, launch=plan is not None, layout=layout, only=only)
     if any(c.tier >= 1 for c in chosen):

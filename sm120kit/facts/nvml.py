@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from sm120kit.facts.nvml_seam import NvmlError, NvmlSeam
+from sm120kit.facts.nvml_seam import NvmlError, NvmlSeam, PynvmlSeam, RecordingSeam
 
 P2P_CAPS: dict[str, int] = {"read": 0, "write": 1, "nvlink": 2, "atomics": 3, "pci": 4}
 P2P_STATUS: dict[int, str] = {
@@ -200,8 +200,6 @@ def resolve_visible(
 
 
 def _default_seam() -> NvmlSeam:
-    from sm120kit.facts.nvml_seam import PynvmlSeam
-
     return PynvmlSeam()
 
 
@@ -426,8 +424,6 @@ def main(argv: list[str] | None = None) -> int:
     JSON; ``--record`` also writes every NVML answer for replay through ``RecordedSeam``."""
     import argparse
     import json
-
-    from sm120kit.facts.nvml_seam import PynvmlSeam, RecordingSeam
 
     ap = argparse.ArgumentParser(prog="python -m sm120kit.facts.nvml")
     ap.add_argument("--record", metavar="FILE")

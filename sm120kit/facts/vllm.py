@@ -3,7 +3,7 @@
 Reads the pinned FlashInfer / torch from ``METADATA``, whether the SM120 sparse-MLA backend file
 exists, its impl's class attributes (``can_return_lse_for_decode``, ``supports_dcp``), whether
 it passes ``return_lse=`` to FlashInfer, which of our patch series' applied markers are present
-(``patches/manifest.json`` through ``sm120kit.patchset.manifest.load_series``), and whether the
+(``patches/manifest.json`` through ``sm120kit.facts.series.load_series``), and whether the
 DSV4 backend is registered.
 """
 
@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sm120kit.errors import UserError
 from sm120kit.facts.packages import exact_pin, get_dist, package_dir, pin_of
+from sm120kit.facts.series import load_series
 from sm120kit.facts.source import class_attributes, read_text
 
 SM120_FILE = "vllm/v1/attention/backends/mla/flashinfer_mla_sparse_sm120.py"
@@ -81,9 +83,6 @@ def series_state(root: Path, series_root: Path | None = None, *,
 
     Variants share marker texts, so the variant listing ``version`` among its releases wins.
     """
-    from sm120kit.errors import UserError
-    from sm120kit.patchset.manifest import load_series
-
     try:
         series = load_series(series_root)
     except UserError as exc:

@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from sm120kit.errors import ExitCode, UserError
-from sm120kit.patchset.manifest import Series, Variant, load_series
+from sm120kit.facts.series import Series, Variant, load_series
 
 STATE_FORMAT = 1
 STATE_NAME = "state.json"

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sm120kit.errors import ExitCode
-from sm120kit.patchset.manifest import Series
+from sm120kit.facts.series import Series
 from sm120kit.patchset.targets import TargetRow, target_rows
 
 _TARGET_STYLE = {"verified": "green", "unverified-here": "yellow", "unsupported": "red"}

@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from sm120kit.errors import ExitCode, UserError
+from sm120kit.facts.series import Series, Target, Variant, load_series
 from sm120kit.patchset.gitcmd import AM_CONFIG, GitFailed, git_env, rev_parse, run_git
-from sm120kit.patchset.manifest import Series, Target, Variant, load_series
 
 # --------------------------------------------------------------------------------------------
 # small git helpers (bytes in / out)

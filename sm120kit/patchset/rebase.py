@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from sm120kit.errors import ExitCode, UserError
+from sm120kit.facts.series import MANIFEST_NAME, Series, Variant, load_series
 from sm120kit.patchset.gitcmd import rev_parse, run_git
-from sm120kit.patchset.manifest import MANIFEST_NAME, Series, Variant, load_series
 from sm120kit.patchset.port import PortResult, port_series
 
 _DIFF_RE = re.compile(r"^diff --git a/(\S+) b/(\S+)$", re.M)

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from sm120kit.errors import UserError
-from sm120kit.warmup import plan as P
+from sm120kit.facts import dcp as P
 
 PHASES: tuple[str, ...] = ("init", "kv-build", "convert", "attend", "merge")
 #: the collective each phase runs (what ``--inject-stall RANK:PHASE`` stops a rank in front of)

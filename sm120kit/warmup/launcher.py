@@ -18,6 +18,7 @@ import warnings
 from pathlib import Path
 
 from sm120kit.warmup.config import RunConfig
+from sm120kit.warmup.rank import rank_main
 
 
 def _kill_children(pids: list[int]) -> None:
@@ -45,8 +46,6 @@ def main(argv: list[str]) -> int:
     warnings.filterwarnings("ignore", message=".*NumPy.*")
     import torch  # noqa: F401  (imported once, inherited by every forked rank)
     import torch.distributed  # noqa: F401
-
-    from sm120kit.warmup.rank import rank_main
 
     children: list[int] = []
 

@@ -29,7 +29,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sm120kit.facts.fp8ds import unpack_fp8_ds_mla
+from sm120kit.warmup import workload as W
+from sm120kit.warmup.collectives import MERGE_FUNCS, all_gather_cat, all_reduce_sum, query_gather
 from sm120kit.warmup.config import RunConfig
+from sm120kit.warmup.fi_backend import FlashInferDecode, autotune_context
+from sm120kit.warmup.reference import filter_and_convert_dcp_index, sparse_mla_decode
+from sm120kit.warmup.workload import global_rows_of
 
 if TYPE_CHECKING:
     import torch
@@ -142,8 +148,6 @@ class RankRun:
     def _barrier(self, name: str) -> None:
         import torch
 
-        from sm120kit.warmup.collectives import all_reduce_sum
-
         one = torch.ones(1, device=self.device)
         self.before(name)
         all_reduce_sum(one)
@@ -167,8 +171,6 @@ class RankRun:
 
         import torch
         import torch.distributed as dist
-
-        from sm120kit.warmup.collectives import all_reduce_sum
 
         cfg = self.cfg
         if cfg.device == "cuda":
@@ -195,9 +197,6 @@ class RankRun:
     def _kv_build(self) -> None:
         import torch
 
-        from sm120kit.warmup import workload as W
-        from sm120kit.warmup.collectives import all_gather_cat
-
         cfg = self.cfg
         self.data = W.build_global(cfg)
         self.tick("global data")
@@ -216,9 +215,6 @@ class RankRun:
 
     def _convert(self) -> None:
         import torch
-
-        from sm120kit.warmup.collectives import all_gather_cat
-        from sm120kit.warmup.reference import filter_and_convert_dcp_index
 
         cfg, d = self.cfg, self.device
         self.topk = self.data.topk.to(d)
@@ -240,15 +236,11 @@ class RankRun:
             raise RuntimeError("valid counts over ranks do not add up to the selected top-k")
 
     def _attend(self) -> None:
-        from sm120kit.warmup.collectives import query_gather
-
         cfg, d = self.cfg, self.device
         h = cfg.heads_per_rank
         q_local = self.data.q[:, self.rank * h : (self.rank + 1) * h].to(d)
         self.q_all = query_gather(q_local, self.world, before=self.before)
         if cfg.backend == "flashinfer":
-            from sm120kit.warmup.fi_backend import FlashInferDecode, autotune_context
-
             dec = FlashInferDecode(d, kv_lora_rank=cfg.kv_lora_rank, rope_dim=cfg.rope_dim)
             pages = self.shard.pages.to(d)
             self.tick("flashinfer call")
@@ -258,9 +250,6 @@ class RankRun:
                     scale_format=cfg.scale_format, lse_base=cfg.lse_base,
                 )  # fmt: skip
         else:
-            from sm120kit.warmup.fp8ds import unpack_fp8_ds_mla
-            from sm120kit.warmup.reference import sparse_mla_decode
-
             lat, rope = unpack_fp8_ds_mla(
                 self.shard.cache.to(d), kv_lora_rank=cfg.kv_lora_rank, rope_dim=cfg.rope_dim
             )
@@ -272,8 +261,6 @@ class RankRun:
 
     def _merge(self) -> None:
         import torch
-
-        from sm120kit.warmup.collectives import MERGE_FUNCS
 
         self.merged: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
         for name in self.cfg.merges:
@@ -290,9 +277,6 @@ class RankRun:
 
     def _verify(self) -> dict[str, Any]:
         import torch
-
-        from sm120kit.warmup.reference import sparse_mla_decode
-        from sm120kit.warmup.workload import global_rows_of
 
         cfg, d = self.cfg, self.device
         h = cfg.heads_per_rank

@@ -19,6 +19,8 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from sm120kit.facts.fp8ds import unpack_fp8_ds_mla
+
 if TYPE_CHECKING:
     import torch
 
@@ -414,8 +416,6 @@ def trtllm_batch_decode_with_kv_cache_mla_ref(
     place. The workspace buffer is only checked for device placement.
     """
     import torch
-
-    from sm120kit.warmup.fp8ds import unpack_fp8_ds_mla
 
     if sparse_mla_top_k <= 0:
         raise ValueError("reference reproduces only the sparse route (sparse_mla_top_k > 0)")

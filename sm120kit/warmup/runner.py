@@ -10,7 +10,7 @@ writes progress lines to one pipe the supervisor reads. The watchdog:
   stopped outside one (the suspect);
 * a rank error or a rank exiting without a result stops the run at once.
 
-On a stall, with ``bundle_dir`` set and :func:`sm120kit.diag.collect.collect_processes`
+On a stall, with ``bundle_dir`` set and :func:`sm120kit.collect.snapshot.collect_processes`
 available, the ranks are snapshotted before they are killed. Every exit path (success, failure,
 stall, Ctrl-C, an exception here) kills the launcher's process group and checks that no rank pid
 survives.
@@ -36,8 +36,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sm120kit.collect.snapshot import collect_processes
 from sm120kit.errors import UserError
 from sm120kit.warmup.config import RunConfig
+from sm120kit.warmup.fi_backend import check_flashinfer_backend
+from sm120kit.warmup.rank import RankRun, Reporter, log_prefix
 
 POLL_S = 0.1
 STARTUP_TIMEOUT_S = 120.0
@@ -114,8 +117,6 @@ LogCallback = Callable[[int, int | None, str], None]
 def _check_devices(cfg: RunConfig) -> dict[str, Any]:
     """Refuse early (in the supervisor) what the ranks could not run."""
     if cfg.backend == "flashinfer":
-        from sm120kit.warmup.fi_backend import check_flashinfer_backend
-
         return asdict(check_flashinfer_backend(cfg.device, cfg.dcp))
     if cfg.device == "cuda":
         try:
@@ -143,7 +144,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
-class Supervisor:
+class WarmupSupervisor:
     def __init__(
         self,
         cfg: RunConfig,
@@ -327,10 +328,6 @@ class Supervisor:
     def bundle(self, report: StallReport) -> tuple[str | None, str | None]:
         if not self.cfg.bundle_dir:
             return None, None
-        try:
-            from sm120kit.diag.collect import collect_processes
-        except ImportError as exc:
-            return None, f"sm120kit.diag.collect unavailable: {exc}"
         pids = [p for p in self.rank_pids() if _alive(p)]
         labels = {s.pid: f"Warmup_DCP{s.rank}" for s in self.states if s.pid is not None}
         out = Path(self.cfg.bundle_dir)
@@ -513,7 +510,7 @@ def run_warmup(
     """Run the multi-rank warmup and return the result (never leaves a process behind)."""
     cfg.validate()
     _check_devices(cfg)
-    sup = Supervisor(cfg, on_update=on_update, on_log=on_log)
+    sup = WarmupSupervisor(cfg, on_update=on_update, on_log=on_log)
     t0 = time.monotonic()
     try:
         kind, payload = sup.run()
@@ -552,8 +549,6 @@ def run_under_torchrun(cfg: RunConfig, *, on_log: LogCallback | None = None) -> 
     ``stall_timeout`` seconds, after printing its phase and collective.
     """
     import torch.distributed as dist
-
-    from sm120kit.warmup.rank import RankRun, Reporter, log_prefix
 
     cfg.validate()
     rank = int(os.environ["RANK"])

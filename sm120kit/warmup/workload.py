@@ -21,7 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sm120kit.warmup import plan as P
+from sm120kit.facts import dcp as P
+from sm120kit.facts.fp8ds import pack_fp8_ds_mla, unpack_fp8_ds_mla
 from sm120kit.warmup.config import RunConfig
 
 if TYPE_CHECKING:
@@ -54,8 +55,6 @@ class Shard:
 
 def build_global(cfg: RunConfig) -> GlobalData:
     import torch
-
-    from sm120kit.warmup.fp8ds import pack_fp8_ds_mla, unpack_fp8_ds_mla
 
     g = torch.Generator().manual_seed(cfg.seed)
     b, s, r, rd = cfg.batch, cfg.kv_len, cfg.kv_lora_rank, cfg.rope_dim

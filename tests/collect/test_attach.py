@@ -11,7 +11,7 @@ from pathlib import Path
 
 import psutil
 
-from sm120kit.diag.procs import classify, discover
+from sm120kit.evidence.procs import classify, discover
 
 from .helpers import (
     GLOO_JOB,

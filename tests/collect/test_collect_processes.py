@@ -9,7 +9,7 @@ from pathlib import Path
 
 import psutil
 
-from sm120kit.diag.collect import collect_processes
+from sm120kit.collect.snapshot import collect_processes
 
 from .helpers import read_tarball
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sm120kit.diag.collect import FR_TIMEOUT_WAIT_S, Context, Options, _fr_wait
-from sm120kit.diag.supervise import diagnostic_env
+from sm120kit.collect.snapshot import FR_TIMEOUT_WAIT_S, CollectContext, Options, _fr_wait
+from sm120kit.collect.supervise import diagnostic_env
 
 WATCHDOG = (
     "[rank0]:[E1202 17:55:46.981170449 ProcessGroupNCCL.cpp:689] [Rank 0] Watchdog caught "
@@ -42,12 +42,12 @@ def test_fr_prefix_added_when_user_set_none(tmp_path: Path) -> None:
 
 def test_fr_wait_is_long_only_while_torch_dumps() -> None:
     opts = Options()
-    plain = Context(mode="launch", reason="no output for 30 s", env={})
+    plain = CollectContext(mode="launch", reason="no output for 30 s", env={})
     assert _fr_wait(opts, plain) == opts.fr_wait_s
-    timed_out = Context(mode="launch", reason=f"known hang message (watchdog-timeout): {WATCHDOG}",
+    timed_out = CollectContext(mode="launch", reason=f"known hang message (watchdog-timeout): {WATCHDOG}",
                         env={"TORCH_NCCL_DUMP_ON_TIMEOUT": "1"})
     assert _fr_wait(opts, timed_out) == FR_TIMEOUT_WAIT_S > opts.fr_wait_s
-    in_logs = Context(mode="launch", reason="stall", env={}, logs={"rank0": [WATCHDOG]})
+    in_logs = CollectContext(mode="launch", reason="stall", env={}, logs={"rank0": [WATCHDOG]})
     assert _fr_wait(opts, in_logs) == FR_TIMEOUT_WAIT_S
-    off = Context(mode="launch", reason=WATCHDOG, env={"TORCH_NCCL_DUMP_ON_TIMEOUT": "0"})
+    off = CollectContext(mode="launch", reason=WATCHDOG, env={"TORCH_NCCL_DUMP_ON_TIMEOUT": "0"})
     assert _fr_wait(opts, off) == opts.fr_wait_s

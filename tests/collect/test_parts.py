@@ -17,9 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from sm120kit.diag import flight, ras, stacks
-from sm120kit.diag.bundle import Bundle, CollectorRecord
-from sm120kit.diag.supervise import diagnostic_env, is_vllm_serve, source_of, vllm_supports_watchdog
+from sm120kit.collect.bundle_writer import Bundle, CollectorRecord
+from sm120kit.collect.supervise import (
+    diagnostic_env,
+    is_vllm_serve,
+    source_of,
+    vllm_supports_watchdog,
+)
+from sm120kit.evidence import flight, ras, stacks
 
 
 @pytest.fixture(scope="module")
@@ -231,18 +236,18 @@ def test_ras_client_protocol() -> None:
 
 
 def test_ras_collector_writes_two_snapshots(tmp_path: Path) -> None:
-    from sm120kit.diag.collect import Context, Options, collect_procs
+    from sm120kit.collect.snapshot import CollectContext, Options, collect_procs
 
     srv = _RasServer()
     try:
         p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
         try:
-            from sm120kit.diag.procs import tree
+            from sm120kit.evidence.procs import tree
 
             tb, res = collect_procs(tree(p.pid), tmp_path, reason="t", deadline_s=20,
                                     options=Options(ras_addr=f"127.0.0.1:{srv.port}",
                                                     ras_gap_s=0.2, doctor=False, sample_gap_s=0.2),
-                                    context=Context())
+                                    context=CollectContext())
         finally:
             p.kill()
             p.wait()

@@ -9,7 +9,7 @@ import socket
 import sys
 from pathlib import Path
 
-from sm120kit.diag.redact import REDACTED, Redactor, is_secret_env_name, is_secret_flag
+from sm120kit.evidence.redact import REDACTED, Redactor, is_secret_env_name, is_secret_flag
 
 from .helpers import only_bundle, read_tarball, run_collect
 

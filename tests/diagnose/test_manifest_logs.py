@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from sm120kit.diag.diagnose import diagnose
+from sm120kit.diagnose.engine import diagnose
 
 from .conftest import manifest
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sm120kit.diag.phases import PHASES, PhaseTracker, classify_line, stall_signal
+from sm120kit.evidence.phases import PHASES, PhaseTracker, classify_line, stall_signal
 
 from .conftest import manifest
 

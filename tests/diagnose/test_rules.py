@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sm120kit.diag.diagnose import DiagnoseResult, diagnose
-from sm120kit.diag.rules import RULES
-from sm120kit.diag.rules.base import CATEGORIES
+from sm120kit.diagnose.engine import DiagnoseResult, diagnose
+from sm120kit.diagnose.rules import RULES
+from sm120kit.diagnose.rules.base import CATEGORIES
 
 from . import lines as L
 

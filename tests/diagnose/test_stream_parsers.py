@@ -7,11 +7,11 @@ import io
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sm120kit.diag.logs.analyze import LogAnalysis
-from sm120kit.diag.logs.parsers import exception_line, parse_watchdog, worker_death
-from sm120kit.diag.logs.prefix import attribute
-from sm120kit.diag.logs.stream import NCCL_INFO, StreamStats, scan
-from sm120kit.diag.logs.versions import VersionScan
+from sm120kit.evidence.logs.analyze import LogAnalysis
+from sm120kit.evidence.logs.parsers import exception_line, parse_watchdog, worker_death
+from sm120kit.evidence.logs.prefix import attribute
+from sm120kit.evidence.logs.stream import NCCL_INFO, StreamStats, scan
+from sm120kit.evidence.logs.versions import VersionScan
 
 from . import lines as L
 

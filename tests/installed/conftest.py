@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from sm120kit.facts.series import load_series
 from sm120kit.patchset.installed import DEFAULT_STATE_SUBDIR, parse_record
-from sm120kit.patchset.manifest import load_series
 from sm120kit.patchset.release import fetch_wheel, release_tree
 
 

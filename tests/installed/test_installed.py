@@ -19,8 +19,8 @@ import pytest
 
 from sm120kit.cli import run
 from sm120kit.errors import UserError
+from sm120kit.facts.series import load_series
 from sm120kit.patchset import installed
-from sm120kit.patchset.manifest import load_series
 from tests.installed.conftest import Env, hash_tree, pristine
 
 

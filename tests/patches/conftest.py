@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from sm120kit.errors import UserError
-from sm120kit.patchset.manifest import Series, Variant, load_series
+from sm120kit.facts.series import Series, Variant, load_series
 
 RELEASES = ["0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.34.0"]
 

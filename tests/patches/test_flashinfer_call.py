@@ -15,7 +15,7 @@ import re
 import pytest
 
 from sm120kit.errors import UserError
-from sm120kit.patchset.manifest import Series
+from sm120kit.facts.series import Series
 
 from .astutil import find_class, find_func, kw, one_call, src
 from .conftest import SM, get_applied

@@ -13,7 +13,7 @@ import pytest
 from unidiff import PatchSet
 
 from sm120kit.errors import UserError
-from sm120kit.patchset.manifest import Series, load_series
+from sm120kit.facts.series import Series, load_series
 
 from .conftest import RELEASES
 

@@ -14,7 +14,7 @@ import pytest
 from conftest import git, state_fingerprint
 
 from sm120kit.cli import run
-from sm120kit.patchset.manifest import load_series
+from sm120kit.facts.series import load_series
 from sm120kit.paths import project_root
 
 RELEASES = ["0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.34.0"]

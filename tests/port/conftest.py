@@ -14,7 +14,7 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-from sm120kit.patchset.manifest import load_series
+from sm120kit.facts.series import load_series
 from sm120kit.patchset.release import release_tree
 
 SM = "vllm/v1/attention/backends/mla/flashinfer_mla_sparse_sm120.py"

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from sm120kit.warmup.plan import warmup_decode_prompt_len
+from sm120kit.facts.dcp import warmup_decode_prompt_len
 
 RUNTIME = Path(__file__).resolve().parents[1] / "runtime"
 WORKER = Path(__file__).resolve().parent / "rt_warmup_worker.py"

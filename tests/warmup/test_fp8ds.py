@@ -6,7 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from sm120kit.warmup import fp8ds  # noqa: E402
+from sm120kit.facts import fp8ds  # noqa: E402
 
 
 def test_row_bytes() -> None:

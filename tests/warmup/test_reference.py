@@ -12,9 +12,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from sm120kit.warmup import plan as P  # noqa: E402
+from sm120kit.facts import dcp as P  # noqa: E402
+from sm120kit.facts.fp8ds import pack_fp8_ds_mla, unpack_fp8_ds_mla  # noqa: E402
 from sm120kit.warmup import reference as R  # noqa: E402
-from sm120kit.warmup.fp8ds import pack_fp8_ds_mla, unpack_fp8_ds_mla  # noqa: E402
 
 
 def brute_convert(req, bt, ti, n, rank, i, b, stride, compact=True):

@@ -186,7 +186,6 @@ def test_inject_stall_detected_and_cleaned_up(rank: int, phase: str, tmp_path: P
 
 
 def test_stall_bundle_handed_to_collect(tmp_path: Path) -> None:
-    pytest.importorskip("sm120kit.diag.collect")
     res = run_warmup(
         RunConfig(
             dcp=2,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sm120kit.doctor.context import Context
+from sm120kit.doctor.context import DoctorContext
 from sm120kit.doctor.model import Outcome, fail, ok, skip, warn
 from sm120kit.doctor.registry import check
 from sm120kit.facts.packages import version_ge, version_tuple
@@ -11,7 +11,7 @@ SM120_MIN_CUDA = "12.8"
 
 
 @check("cuda.torch", tier=0, title="torch CUDA build vs SM120 minimum (12.8)")
-def torch_cuda(ctx: Context) -> Outcome:
+def torch_cuda(ctx: DoctorContext) -> Outcome:
     tb = ctx.torch()
     vi = ctx.vllm()
     if tb is None:
@@ -41,7 +41,7 @@ def torch_cuda(ctx: Context) -> Outcome:
 
 
 @check("cuda.driver", tier=1, title="Driver's CUDA version >= torch's CUDA runtime")
-def driver_cuda(ctx: Context) -> Outcome:
+def driver_cuda(ctx: DoctorContext) -> Outcome:
     snap = ctx.nvml()
     if not snap.available:
         return skip(f"NVML unavailable: {snap.error}")

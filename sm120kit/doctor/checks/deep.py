@@ -9,16 +9,17 @@ import subprocess
 import sys
 from typing import Any
 
-from sm120kit.doctor.context import Context
+from sm120kit.doctor.context import DoctorContext
 from sm120kit.doctor.model import Outcome, fail, ok, skip, warn
 from sm120kit.doctor.registry import check
 from sm120kit.facts import host, kernlog
+from sm120kit.facts.packages import package_dir
 
 REDIRECT_BITS = {"ReqRedir", "CmpltRedir", "UpstreamFwd", "EgressCtrl"}
 
 
 @check("deep.acs", tier=2, title="ACS redirect bits on the GPUs' upstream bridges")
-def acs(ctx: Context) -> Outcome:
+def acs(ctx: DoctorContext) -> Outcome:
     gpus = ctx.gpu_bus_ids()
     if not gpus:
         return skip("no NVIDIA GPU found in sysfs")
@@ -45,7 +46,7 @@ def acs(ctx: Context) -> Outcome:
 
 
 @check("deep.aer", tier=2, title="PCIe AER error counters (GPUs and bridges)")
-def aer(ctx: Context) -> Outcome:
+def aer(ctx: DoctorContext) -> Outcome:
     gpus = ctx.gpu_bus_ids()
     if not gpus:
         return skip("no NVIDIA GPU found in sysfs")
@@ -68,7 +69,7 @@ def aer(ctx: Context) -> Outcome:
 
 
 @check("deep.xid", tier=2, title="NVIDIA Xid lines in the kernel log", timeout=10.0)
-def xid(ctx: Context) -> Outcome:
+def xid(ctx: DoctorContext) -> Outcome:
     log = kernlog.read_kernel_log(ctx.root, timeout=5.0)
     if log["text"] is None:
         return skip(f"kernel log not readable ({log['source']}; needs root or "
@@ -89,9 +90,7 @@ def xid(ctx: Context) -> Outcome:
 
 @check("deep.p2p_smoke", tier=2, title="Functional P2P copy + NCCL all-reduce (subprocess)",
        timeout=180.0)
-def p2p_smoke(ctx: Context) -> Outcome:
-    from sm120kit.facts.packages import package_dir
-
+def p2p_smoke(ctx: DoctorContext) -> Outcome:
     if package_dir("torch", ctx.paths) is None:
         return skip("torch is not installed (the smoke test needs torch with CUDA)")
     limit = ctx.deep_timeout

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sm120kit.doctor.context import Context
+from sm120kit.doctor.context import DoctorContext
 from sm120kit.doctor.model import Outcome, fail, ok, skip, warn
 from sm120kit.doctor.registry import check
 from sm120kit.facts import flashinfer as fif
@@ -14,7 +14,7 @@ MIN_API = "0.6.14"
 UPGRADE = "pip install 'flashinfer-python>=0.6.14' (or the version your vLLM pins, if newer)"
 
 
-def _not_installed(ctx: Context) -> Outcome:
+def _not_installed(ctx: DoctorContext) -> Outcome:
     if ctx.vllm().installed:
         return fail("flashinfer-python is not installed but vLLM is",
                     "pip install flashinfer-python (the version vLLM pins)")
@@ -22,7 +22,7 @@ def _not_installed(ctx: Context) -> Outcome:
 
 
 @check("flashinfer.sm120_api", tier=0, title="FlashInfer SM120 sparse decode API (signature)")
-def sm120_api(ctx: Context) -> Outcome:
+def sm120_api(ctx: DoctorContext) -> Outcome:
     info = ctx.flashinfer()
     if not info.installed:
         return _not_installed(ctx)
@@ -45,7 +45,7 @@ def sm120_api(ctx: Context) -> Outcome:
               "kv_scale_format, lse, return_lse; SM120 sparse module present", **ev)
 
 
-def _target_capabilities(ctx: Context) -> tuple[list[tuple[int, int]], str]:
+def _target_capabilities(ctx: DoctorContext) -> tuple[list[tuple[int, int]], str]:
     snap = ctx.peek("nvml")
     if snap is not None and snap.available and snap.gpus:
         ccs = sorted({g.compute_capability for g in snap.gpus if g.compute_capability})
@@ -54,7 +54,7 @@ def _target_capabilities(ctx: Context) -> tuple[list[tuple[int, int]], str]:
     return [(12, 0)], "assumed SM 12.0 (no NVML answer yet)"
 
 
-def _cuda_for_jit(ctx: Context) -> tuple[str | None, str | None]:
+def _cuda_for_jit(ctx: DoctorContext) -> tuple[str | None, str | None]:
     nv = ctx.nvcc()
     if nv.get("version"):
         return nv["version"], "nvcc"
@@ -64,7 +64,7 @@ def _cuda_for_jit(ctx: Context) -> tuple[str | None, str | None]:
     return None, None
 
 
-def kernel_state(ctx: Context) -> dict[str, Any]:
+def kernel_state(ctx: DoctorContext) -> dict[str, Any]:
     def read() -> dict[str, Any]:
         info = ctx.flashinfer()
         ccs, cc_src = _target_capabilities(ctx)
@@ -80,7 +80,7 @@ def kernel_state(ctx: Context) -> dict[str, Any]:
 
 @check("flashinfer.kernels", tier=0, title="sparse_mla_sm120 kernel available (AOT/JIT cache)",
        timeout=10.0)
-def kernels(ctx: Context) -> Outcome:
+def kernels(ctx: DoctorContext) -> Outcome:
     info = ctx.flashinfer()
     if not info.installed:
         return _not_installed(ctx)
@@ -112,7 +112,7 @@ def kernels(ctx: Context) -> Outcome:
 
 
 @check("flashinfer.disable_jit", tier=0, title="FLASHINFER_DISABLE_JIT with no compiled kernel")
-def disable_jit(ctx: Context) -> Outcome:
+def disable_jit(ctx: DoctorContext) -> Outcome:
     val = ctx.environ.get("FLASHINFER_DISABLE_JIT")
     if not val or val in ("0", "false", "False"):
         return ok("FLASHINFER_DISABLE_JIT is not set", value=val)
@@ -130,7 +130,7 @@ def disable_jit(ctx: Context) -> Outcome:
 
 
 @check("flashinfer.stale_jit_cache", tier=0, title="JIT caches of other FlashInfer versions")
-def stale_jit_cache(ctx: Context) -> Outcome:
+def stale_jit_cache(ctx: DoctorContext) -> Outcome:
     info = ctx.flashinfer()
     base = str(fif.cache_base(ctx.environ))
     stale = fif.stale_caches(ctx.environ, info.version if info.installed else None)

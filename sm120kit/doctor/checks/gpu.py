@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sm120kit.doctor.context import Context
+from sm120kit.doctor.context import DoctorContext
 from sm120kit.doctor.model import Outcome, fail, ok, skip, warn
 from sm120kit.doctor.registry import check
 from sm120kit.facts.nvml import P2P_STATUS, TOPOLOGY, GpuInfo
@@ -13,7 +13,7 @@ GiB = 1 << 30
 BAD_CLOCK_BITS = {"HwSlowdown", "HwThermalSlowdown", "HwPowerBrakeSlowdown", "SwThermalSlowdown"}
 
 
-def _snap_or_skip(ctx: Context) -> tuple[Any, Outcome | None]:
+def _snap_or_skip(ctx: DoctorContext) -> tuple[Any, Outcome | None]:
     snap = ctx.nvml()
     if not snap.available:
         return snap, skip("NVML unavailable (see gpu.nvml)")
@@ -28,7 +28,7 @@ def _label(g: GpuInfo) -> str:
 
 
 @check("gpu.nvml", tier=1, title="NVIDIA driver reachable through NVML", timeout=10.0)
-def nvml(ctx: Context) -> Outcome:
+def nvml(ctx: DoctorContext) -> Outcome:
     snap = ctx.nvml()
     ev = {"snapshot": snap.to_dict()}
     if not snap.available:
@@ -56,7 +56,7 @@ def nvml(ctx: Context) -> Outcome:
 
 
 @check("gpu.sm120", tier=1, title="Every visible GPU is SM120 (compute capability 12.0)")
-def sm120(ctx: Context) -> Outcome:
+def sm120(ctx: DoctorContext) -> Outcome:
     snap, sk = _snap_or_skip(ctx)
     if sk:
         return sk
@@ -84,7 +84,7 @@ def sm120(ctx: Context) -> Outcome:
 
 
 @check("gpu.memory", tier=1, title="GPU memory free, stray compute processes")
-def memory(ctx: Context) -> Outcome:
+def memory(ctx: DoctorContext) -> Outcome:
     snap, sk = _snap_or_skip(ctx)
     if sk:
         return sk
@@ -106,7 +106,7 @@ def memory(ctx: Context) -> Outcome:
 
 
 @check("gpu.bar1", tier=1, title="BAR1 size (Resizable BAR)")
-def bar1(ctx: Context) -> Outcome:
+def bar1(ctx: DoctorContext) -> Outcome:
     snap, sk = _snap_or_skip(ctx)
     if sk:
         return sk
@@ -125,7 +125,7 @@ def bar1(ctx: Context) -> Outcome:
 
 
 @check("gpu.pcie", tier=1, title="PCIe link: max gen/width, replay counters")
-def pcie(ctx: Context) -> Outcome:
+def pcie(ctx: DoctorContext) -> Outcome:
     snap, sk = _snap_or_skip(ctx)
     if sk:
         return sk
@@ -150,7 +150,7 @@ def pcie(ctx: Context) -> Outcome:
 
 
 @check("gpu.clocks", tier=1, title="Clock-event reasons (throttling)")
-def clocks(ctx: Context) -> Outcome:
+def clocks(ctx: DoctorContext) -> Outcome:
     snap, sk = _snap_or_skip(ctx)
     if sk:
         return sk
@@ -168,7 +168,7 @@ def clocks(ctx: Context) -> Outcome:
 
 
 @check("gpu.settings", tier=1, title="Persistence, MIG, ECC, compute mode")
-def settings(ctx: Context) -> Outcome:
+def settings(ctx: DoctorContext) -> Outcome:
     snap, sk = _snap_or_skip(ctx)
     if sk:
         return sk
@@ -199,7 +199,7 @@ def settings(ctx: Context) -> Outcome:
 
 
 @check("gpu.p2p", tier=1, title="Pairwise P2P status and topology (NVML)")
-def p2p(ctx: Context) -> Outcome:
+def p2p(ctx: DoctorContext) -> Outcome:
     snap, sk = _snap_or_skip(ctx)
     if sk:
         return sk

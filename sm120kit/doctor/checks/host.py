@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sm120kit.doctor.context import Context
+from sm120kit.doctor.context import DoctorContext
 from sm120kit.doctor.model import Outcome, fail, ok, skip, warn
 from sm120kit.doctor.registry import check
 from sm120kit.facts import host
@@ -16,7 +16,7 @@ def _gib(n: int) -> str:
 
 
 @check("host.container", tier=0, title="Container detection")
-def container(ctx: Context) -> Outcome:
+def container(ctx: DoctorContext) -> Outcome:
     c = ctx.cached("container", lambda: host.container(ctx.root, ctx.environ))
     if c["in_container"]:
         return ok(f"inside a container ({c['kind']}); shm and ulimit checks matter here", **c)
@@ -24,7 +24,7 @@ def container(ctx: Context) -> Outcome:
 
 
 @check("host.shm", tier=0, title="/dev/shm size (NCCL, vLLM shm broadcast)")
-def shm(ctx: Context) -> Outcome:
+def shm(ctx: DoctorContext) -> Outcome:
     s = host.shm(ctx.root)
     fix = "run the container with --ipc=host or --shm-size=16g"
     if s is None:
@@ -41,7 +41,7 @@ def shm(ctx: Context) -> Outcome:
 
 
 @check("host.rlimits", tier=0, title="RLIMIT_MEMLOCK / STACK / NOFILE")
-def rlimits(ctx: Context) -> Outcome:
+def rlimits(ctx: DoctorContext) -> Outcome:
     lim = ctx.cached("rlimits", host.rlimits)
     probs: list[str] = []
     mem = lim["RLIMIT_MEMLOCK"]["soft"]
@@ -61,12 +61,12 @@ def rlimits(ctx: Context) -> Outcome:
               f"{nofile['hard']}", **lim)
 
 
-def _gpus(ctx: Context) -> list[str]:
+def _gpus(ctx: DoctorContext) -> list[str]:
     return ctx.gpu_bus_ids()
 
 
 @check("host.cmdline", tier=0, title="Kernel cmdline: iommu, pcie_aspm, pcie_port_pm")
-def cmdline(ctx: Context) -> Outcome:
+def cmdline(ctx: DoctorContext) -> Outcome:
     text = host.cmdline(ctx.root)
     if text is None:
         return skip("/proc/cmdline is not readable")
@@ -92,7 +92,7 @@ def cmdline(ctx: Context) -> Outcome:
 
 
 @check("host.iommu_groups", tier=0, title="IOMMU group type per GPU")
-def iommu_groups(ctx: Context) -> Outcome:
+def iommu_groups(ctx: DoctorContext) -> Outcome:
     gpus = _gpus(ctx)
     if not gpus:
         return skip("no NVIDIA GPU found in sysfs")
@@ -111,7 +111,7 @@ def iommu_groups(ctx: Context) -> Outcome:
 
 
 @check("host.uvm_hmm", tier=0, title="nvidia_uvm HMM disabled")
-def uvm_hmm(ctx: Context) -> Outcome:
+def uvm_hmm(ctx: DoctorContext) -> Outcome:
     u = host.uvm_hmm(ctx.root)
     val = (u["uvm_disable_hmm"] or "").strip().upper()
     if not u["module_loaded"]:
@@ -128,7 +128,7 @@ def uvm_hmm(ctx: Context) -> Outcome:
 
 
 @check("host.zfs_root", tier=0, title="Root filesystem is not ZFS")
-def zfs_root(ctx: Context) -> Outcome:
+def zfs_root(ctx: DoctorContext) -> Outcome:
     fs = host.root_fstype(ctx.root)
     if fs is None:
         return skip("cannot read /proc/self/mounts")
@@ -139,7 +139,7 @@ def zfs_root(ctx: Context) -> Outcome:
 
 
 @check("host.nvidia_driver", tier=0, title="NVIDIA kernel module")
-def nvidia_driver(ctx: Context) -> Outcome:
+def nvidia_driver(ctx: DoctorContext) -> Outcome:
     v = host.driver_version(ctx.root)
     if v is None:
         gpus = _gpus(ctx)

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from sm120kit.doctor.context import Context
+from sm120kit.doctor.context import DoctorContext
 from sm120kit.doctor.launch import LaunchPlan
 from sm120kit.doctor.model import Outcome, fail, ok, skip, warn
 from sm120kit.doctor.registry import check
+from sm120kit.facts.dcp import plan_warmup
+from sm120kit.facts.fp8ds import row_bytes
 from sm120kit.facts.packages import version_ge
 
 SM120 = "FLASHINFER_MLA_SPARSE_SM120"
@@ -24,12 +26,12 @@ DECODE_MAX_TOKENS = 64
 NO_CONFIG = "model config.json not found locally; pass --config path/to/config.json"
 
 
-def _plan(ctx: Context) -> LaunchPlan:
+def _plan(ctx: DoctorContext) -> LaunchPlan:
     assert ctx.launch is not None
     return ctx.launch
 
 
-def _cfg(ctx: Context) -> dict[str, Any] | None:
+def _cfg(ctx: DoctorContext) -> dict[str, Any] | None:
     return _plan(ctx).hf_config
 
 
@@ -45,7 +47,7 @@ def uses_sm120_backend(plan: LaunchPlan) -> bool:
 
 
 @check("launch.config", tier=0, title="Planned launch parsed")
-def config(ctx: Context) -> Outcome:
+def config(ctx: DoctorContext) -> Outcome:
     plan = ctx.launch
     if plan is None:
         return skip("no launch config given (pass `-- vllm serve MODEL ...` or --config FILE)")
@@ -65,7 +67,7 @@ def config(ctx: Context) -> Outcome:
 
 
 @check("launch.tp_dcp", tier=0, title="tp % dcp == 0 (PCP rules)", kind="launch")
-def tp_dcp(ctx: Context) -> Outcome:
+def tp_dcp(ctx: DoctorContext) -> Outcome:
     p = _plan(ctx)
     ev = {"tp": p.tp, "dcp": p.dcp, "pcp": p.pcp}
     if p.dcp < 1 or p.tp < 1:
@@ -84,7 +86,7 @@ def tp_dcp(ctx: Context) -> Outcome:
 
 @check("launch.heads", tier=0, title="heads_per_rank x dcp <= 128 (FlashInfer dispatch)",
        kind="launch")
-def heads(ctx: Context) -> Outcome:
+def heads(ctx: DoctorContext) -> Outcome:
     p, cfg = _plan(ctx), _cfg(ctx)
     if cfg is None:
         return skip(NO_CONFIG)
@@ -113,7 +115,7 @@ def heads(ctx: Context) -> Outcome:
 
 @check("flashinfer.dispatch", tier=0, title="Planned (heads, topk) in FlashInfer's decode dispatch",
        kind="launch")
-def dispatch(ctx: Context) -> Outcome:
+def dispatch(ctx: DoctorContext) -> Outcome:
     p, cfg = _plan(ctx), _cfg(ctx)
     fi = ctx.flashinfer()
     if not fi.installed or not fi.has_sm120_api:
@@ -143,7 +145,7 @@ def dispatch(ctx: Context) -> Outcome:
 
 
 @check("launch.index_topk", tier=0, title="index_topk == 2048", kind="launch")
-def index_topk(ctx: Context) -> Outcome:
+def index_topk(ctx: DoctorContext) -> Outcome:
     p, cfg = _plan(ctx), _cfg(ctx)
     if cfg is None:
         return skip(NO_CONFIG)
@@ -162,7 +164,7 @@ def index_topk(ctx: Context) -> Outcome:
 
 @check("launch.kv_row_bytes", tier=0, title="fp8_ds_mla row size from kv_lora_rank / rope dim",
        kind="launch")
-def kv_row_bytes(ctx: Context) -> Outcome:
+def kv_row_bytes(ctx: DoctorContext) -> Outcome:
     cfg = _cfg(ctx)
     if cfg is None:
         return skip(NO_CONFIG)
@@ -171,11 +173,6 @@ def kv_row_bytes(ctx: Context) -> Outcome:
     r, rope = cfg.get("kv_lora_rank"), cfg.get("qk_rope_head_dim")
     if not isinstance(r, int) or not isinstance(rope, int):
         return skip("config.json lacks kv_lora_rank / qk_rope_head_dim (not MLA)")
-    try:
-        from sm120kit.warmup.fp8ds import row_bytes
-    except ImportError:  # the formula, should the warmup package be missing
-        def row_bytes(kv_lora_rank: int = 512, rope_dim: int = 64) -> int:
-            return kv_lora_rank + 4 * (kv_lora_rank // 128) + 2 * rope_dim
     try:
         rb = row_bytes(r, rope)
     except ValueError as exc:
@@ -191,7 +188,7 @@ def kv_row_bytes(ctx: Context) -> Outcome:
 
 
 @check("launch.kv_cache_dtype", tier=0, title="KV-cache dtype maps to fp8_ds_mla", kind="launch")
-def kv_cache_dtype(ctx: Context) -> Outcome:
+def kv_cache_dtype(ctx: DoctorContext) -> Outcome:
     p = _plan(ctx)
     d = p.kv_cache_dtype or "auto"
     ev = {"kv_cache_dtype": d, "dcp": p.dcp, "attention_backend": p.attention_backend}
@@ -212,7 +209,7 @@ def kv_cache_dtype(ctx: Context) -> Outcome:
 
 @check("launch.block_size", tier=0, title="Block size multiple of 64 and of the interleave",
        kind="launch")
-def block_size(ctx: Context) -> Outcome:
+def block_size(ctx: DoctorContext) -> Outcome:
     p = _plan(ctx)
     bs = p.block_size if p.block_size is not None else PAGE
     ev = {"block_size": p.block_size, "effective": bs, "interleave": p.interleave}
@@ -229,7 +226,7 @@ def block_size(ctx: Context) -> Outcome:
 
 @check("launch.mtp_interleave", tier=0, title="MTP / speculative decode needs interleave 1",
        kind="launch")
-def mtp_interleave(ctx: Context) -> Outcome:
+def mtp_interleave(ctx: DoctorContext) -> Outcome:
     p = _plan(ctx)
     spec = p.num_speculative_tokens > 0 or bool(p.speculative_method)
     ev = {"speculative": p.speculative_method, "k": p.num_speculative_tokens,
@@ -248,7 +245,7 @@ def mtp_interleave(ctx: Context) -> Outcome:
 
 @check("launch.decode_tokens", tier=0, title="Tokens per decode step vs the 64-token kernel",
        kind="launch")
-def decode_tokens(ctx: Context) -> Outcome:
+def decode_tokens(ctx: DoctorContext) -> Outcome:
     p = _plan(ctx)
     q = 1 + max(0, p.num_speculative_tokens)
     fi = ctx.flashinfer()
@@ -269,7 +266,7 @@ def decode_tokens(ctx: Context) -> Outcome:
 
 
 @check("launch.dsv4_backend", tier=0, title="DeepSeek-V4 uses the DSV4 backend", kind="launch")
-def dsv4_backend(ctx: Context) -> Outcome:
+def dsv4_backend(ctx: DoctorContext) -> Outcome:
     p, cfg = _plan(ctx), _cfg(ctx)
     if cfg is None:
         return skip(NO_CONFIG)
@@ -285,7 +282,7 @@ def dsv4_backend(ctx: Context) -> Outcome:
 
 
 @check("launch.gpus_visible", tier=1, title="Visible GPUs >= TP x PP x DP", kind="launch")
-def gpus_visible(ctx: Context) -> Outcome:
+def gpus_visible(ctx: DoctorContext) -> Outcome:
     p = _plan(ctx)
     snap = ctx.nvml()
     need = p.world
@@ -307,17 +304,13 @@ def gpus_visible(ctx: Context) -> Outcome:
 
 @check("launch.warmup_plan", tier=0, title="Warmup decode gives every DCP rank local KV",
        kind="launch")
-def warmup_plan(ctx: Context) -> Outcome:
+def warmup_plan(ctx: DoctorContext) -> Outcome:
     p = _plan(ctx)
     if p.dcp <= 1:
         return ok("DCP 1: the warmup decode is not split across ranks", dcp=p.dcp)
     vi = ctx.vllm()
     patched = bool(vi.installed and vi.series_applied)
     bs = p.block_size if p.block_size is not None else PAGE
-    try:
-        from sm120kit.warmup.plan import plan_warmup
-    except ImportError:
-        return skip("sm120kit.warmup.plan is not available")
     try:
         wp = plan_warmup(p.dcp, bs, interleave=p.interleave, mtp=max(0, p.num_speculative_tokens),
                          max_num_seqs=p.max_num_seqs, max_model_len=p.max_model_len,

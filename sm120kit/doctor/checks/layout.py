@@ -9,13 +9,13 @@ import subprocess
 import sys
 from typing import Any
 
-from sm120kit.doctor.context import Context
+from sm120kit.doctor.context import DoctorContext
 from sm120kit.doctor.model import Outcome, fail, ok, skip
 from sm120kit.doctor.registry import check
 from sm120kit.facts.packages import package_dir
 
 
-def _run_module(ctx: Context, module: str, timeout: float) -> dict[str, Any]:
+def _run_module(ctx: DoctorContext, module: str, timeout: float) -> dict[str, Any]:
     proc = subprocess.run([sys.executable, "-m", module], capture_output=True, text=True,
                           timeout=timeout, env=dict(ctx.environ))
     line = (proc.stdout or "").strip().splitlines()[-1:] or [""]
@@ -29,7 +29,7 @@ def _run_module(ctx: Context, module: str, timeout: float) -> dict[str, Any]:
 
 @check("layout.fp8_ds_mla", tier=0, title="fp8_ds_mla pack/unpack round trip (656 / 528 B)",
        timeout=120.0, kind="layout")
-def fp8_ds_mla(ctx: Context) -> Outcome:
+def fp8_ds_mla(ctx: DoctorContext) -> Outcome:
     if package_dir("torch", ctx.paths) is None:
         return skip("torch is not installed (the layout self-test needs torch, CPU is enough)")
     res = _run_module(ctx, "sm120kit.doctor.layout_selftest", 110.0)
@@ -48,7 +48,7 @@ def fp8_ds_mla(ctx: Context) -> Outcome:
 
 @check("layout.sm120_kernel", tier=1, title="SM120 kernel reads the packed rows", timeout=900.0,
        kind="layout")
-def sm120_kernel(ctx: Context) -> Outcome:
+def sm120_kernel(ctx: DoctorContext) -> Outcome:
     snap = ctx.nvml()
     if not snap.available:
         return skip(f"needs an SM120 GPU; NVML unavailable ({snap.error})")

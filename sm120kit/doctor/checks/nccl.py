@@ -6,7 +6,7 @@ import os
 import re
 from typing import Any
 
-from sm120kit.doctor.context import Context
+from sm120kit.doctor.context import DoctorContext
 from sm120kit.doctor.model import Outcome, fail, ok, warn
 from sm120kit.doctor.registry import check
 from sm120kit.facts import host
@@ -21,7 +21,7 @@ BAD_NCCL = [
 
 
 @check("nccl.env", tier=0, title="NCCL environment variables that are known traps")
-def nccl_env(ctx: Context) -> Outcome:
+def nccl_env(ctx: DoctorContext) -> Outcome:
     env = ctx.environ
     seen = {k: v for k, v in env.items() if k.startswith("NCCL_")}
     fails: list[str] = []
@@ -67,7 +67,7 @@ def nccl_env(ctx: Context) -> Outcome:
 
 
 @check("nccl.ld_preload", tier=0, title="LD_PRELOAD interposers")
-def ld_preload(ctx: Context) -> Outcome:
+def ld_preload(ctx: DoctorContext) -> Outcome:
     libs = host.ld_preload(ctx.root, ctx.environ)
     if not libs:
         return ok("no LD_PRELOAD / /etc/ld.so.preload", libs=libs)
@@ -82,7 +82,7 @@ def ld_preload(ctx: Context) -> Outcome:
     return ok(f"LD_PRELOAD: {', '.join(libs)} (no GPU library)", libs=libs)
 
 
-def nccl_selection(ctx: Context) -> dict[str, Any]:
+def nccl_selection(ctx: DoctorContext) -> dict[str, Any]:
     env = ctx.environ
     wheel_libs: list[str] = []
     nv = package_dir("nvidia", ctx.paths)
@@ -107,7 +107,7 @@ def nccl_selection(ctx: Context) -> dict[str, Any]:
 
 
 @check("nccl.library", tier=0, title="NCCL library vLLM will load")
-def nccl_library(ctx: Context) -> Outcome:
+def nccl_library(ctx: DoctorContext) -> Outcome:
     s = nccl_selection(ctx)
     versions = [v for v in s["wheels"].values() if v]
     if s["by"] in ("VLLM_NCCL_SO_PATH", "LD_PRELOAD") and not os.path.exists(s["selected"]):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sm120kit.doctor.context import Context
+from sm120kit.doctor.context import DoctorContext
 from sm120kit.doctor.model import Outcome, ok, skip, warn
 from sm120kit.doctor.registry import check
 from sm120kit.facts.packages import (
@@ -20,7 +20,7 @@ PACKAGES = ("vllm", "flashinfer-python", "flashinfer-cubin", "flashinfer-jit-cac
 NOT_ON_PYPI = {"flashinfer-python": {"0.7.3"}}
 
 
-def versions(ctx: Context) -> dict[str, str | None]:
+def versions(ctx: DoctorContext) -> dict[str, str | None]:
     def read() -> dict[str, str | None]:
         out: dict[str, str | None] = {}
         for name in PACKAGES:
@@ -34,7 +34,7 @@ def versions(ctx: Context) -> dict[str, str | None]:
 
 
 @check("packages.installed", tier=0, title="Installed packages")
-def installed(ctx: Context) -> Outcome:
+def installed(ctx: DoctorContext) -> Outcome:
     v = versions(ctx)
     ev: dict[str, Any] = {"versions": v}
     problems: list[str] = []
@@ -60,7 +60,7 @@ def installed(ctx: Context) -> Outcome:
 
 
 @check("packages.flashinfer_pin", tier=0, title="vLLM's pinned FlashInfer vs installed")
-def flashinfer_pin(ctx: Context) -> Outcome:
+def flashinfer_pin(ctx: DoctorContext) -> Outcome:
     vi = ctx.vllm()
     v = versions(ctx)
     if not vi.installed:

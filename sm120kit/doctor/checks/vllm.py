@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sm120kit.doctor.context import Context
+from sm120kit.doctor.context import DoctorContext
 from sm120kit.doctor.model import Outcome, fail, ok, skip, warn
 from sm120kit.doctor.registry import check
 from sm120kit.facts.vllm import SM120_FILE
@@ -11,7 +11,7 @@ APPLY_FIX = "sm120kit apply --installed"
 
 
 @check("vllm.sm120_backend", tier=0, title="vLLM has FLASHINFER_MLA_SPARSE_SM120")
-def sm120_backend(ctx: Context) -> Outcome:
+def sm120_backend(ctx: DoctorContext) -> Outcome:
     vi = ctx.vllm()
     if not vi.installed:
         return skip("vLLM is not installed")
@@ -24,7 +24,7 @@ def sm120_backend(ctx: Context) -> Outcome:
 
 
 @check("vllm.dcp_support", tier=0, title="SM120 backend supports DCP (returns decode LSE)")
-def dcp_support(ctx: Context) -> Outcome:
+def dcp_support(ctx: DoctorContext) -> Outcome:
     vi = ctx.vllm()
     dcp = ctx.dcp
     if not vi.installed:

@@ -1,0 +1,714 @@
+"""Launch a command (``vllm serve ...``) under supervision: diagnostic environment, output streamed
+to the terminal and into the bundle, startup phase timeline, stall detection, and a bundle when
+something goes wrong.
+
+Stall = any of
+
+* **silence**: no new output and no phase change for ``stall_timeout`` seconds (vLLM's periodic
+  ``No available shared memory broadcast block`` line does not count as output: it is what a
+  waiting EngineCore prints once a minute during a hang);
+* **signal**: a known hang/death message (torch watchdog timeout, RPC timeout, NCCL timeout,
+  worker died, engine dead) via ``sm120kit.evidence.phases.stall_signal``;
+* **death**: a tracked process of the tree (vLLM worker / engine core / warmup rank, or a direct
+  Python child of the command when nothing is titled) disappears while the command still runs;
+* a non-zero exit of the command.
+
+Only processes started here are ever signalled. Stopping is SIGINT → SIGTERM → SIGKILL, each
+with a timeout, to the child's own session (``start_new_session``) and its recorded descendants.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from sm120kit.collect.bundle_writer import LOG_CAP, Bundle
+from sm120kit.collect.snapshot import (
+    CollectContext,
+    Options,
+    Result,
+    finalize,
+    snapshot,
+    write_processes,
+)
+from sm120kit.evidence import flight
+from sm120kit.evidence.phases import PhaseTracker, stall_signal
+from sm120kit.evidence.procs import Proc, alive, describe, stop_tree, tree
+from sm120kit.evidence.redact import Redactor
+from sm120kit.evidence.stacks import faulthandler_site_dir
+
+READY_PHASES = ("api-server-ready",)
+_READY_RX = re.compile(r"Application startup complete")
+IMMEDIATE_SIGNALS = frozenset(
+    {"watchdog-timeout", "rpc-timeout", "nccl-timeout", "worker-died", "engine-dead",
+     "nccl-teardown"}
+)
+DEATH_SIGNALS = frozenset({"worker-died", "engine-dead", "nccl-teardown"})
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+_SRC_RX = (
+    re.compile(r"^\((?P<name>[A-Za-z][\w]*?)(?: rank=(?P<rank>\d+))? pid=(?P<pid>\d+)"),
+    re.compile(r"^\[rank(?P<rank>\d+)\]:"),
+    re.compile(r"^[\w.-]+:(?P<pid>\d+):\d+ \[\d+\] NCCL "),
+)
+SOURCE_CAP = 8 * 1024 * 1024
+MAX_SOURCES = 128
+
+
+@dataclass
+class LaunchOptions:
+    out_dir: Path
+    stall_timeout: float = 120.0
+    until_ready: bool = False
+    deadline_s: float = 60.0
+    redact: bool = True
+    host_map_file: Path | None = None
+    always_bundle: bool = False
+    keep_running: bool = False
+    stacks: str = "auto"
+    faulthandler: bool = True
+    diag_env: bool = True
+    echo: bool = True
+    stdout_to_stderr: bool = False  # --json: keep our stdout for the JSON result
+    int_timeout: float = 10.0
+    term_timeout: float = 5.0
+    sample_gap_s: float = 2.0
+    poll_s: float = 0.2
+    log_tail_lines: int = 200
+    doctor: bool = True
+
+
+@dataclass
+class LaunchResult:
+    exit_code: int
+    outcome: str  # ready | exited | crashed | stalled | interrupted
+    reason: str
+    bundle: Path | None
+    timeline: list[dict[str, Any]]
+    current_phase: str | None
+    child_exit_code: int | None
+    seconds: float
+    detect_to_bundle_s: float | None = None
+    stop_steps: list[dict[str, Any]] = field(default_factory=list)
+    verdict: list[str] = field(default_factory=list)
+    added_env: dict[str, str] = field(default_factory=dict)
+    watchdog: str | None = None
+    self_cpu_s: float | None = None  # CPU time collect itself used (not its child)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dict(self.__dict__)
+        d["bundle"] = str(self.bundle) if self.bundle else None
+        return d
+
+
+# --- diagnostic environment ------------------------------------------------------------------
+def _vllm_arg_utils_candidates(argv0: str) -> list[Path]:
+    cands: list[Path] = []
+    exe = shutil.which(argv0) if argv0 else None
+    pys: list[Path] = []
+    if exe:
+        try:
+            first = Path(exe).read_bytes()[:256].split(b"\n", 1)[0]
+            if first.startswith(b"#!"):
+                pys.append(Path(first[2:].decode(errors="replace").strip().split()[0]))
+        except OSError:
+            pass
+        pys.append(Path(exe))
+    for py in pys:
+        prefix = py.resolve().parent.parent if py.exists() else py.parent.parent
+        for sp in sorted(prefix.glob("lib/python3*/site-packages")) + sorted(
+                prefix.glob("lib/python3*/dist-packages")):
+            cands.append(sp / "vllm" / "engine" / "arg_utils.py")
+    try:
+        import importlib.util
+
+        spec = importlib.util.find_spec("vllm")  # top level: does not import vllm
+        if spec is not None and spec.origin:
+            cands.append(Path(spec.origin).parent / "engine" / "arg_utils.py")
+    except (ImportError, ValueError):
+        pass
+    return list(dict.fromkeys(cands))
+
+
+def torch_version_near(argv0: str) -> tuple[int, int] | None:
+    """(major, minor) of the torch installed next to the command's vLLM, else of ours."""
+    dirs = {p.parent.parent.parent for p in _vllm_arg_utils_candidates(argv0)}
+    for d in dirs:
+        for di in sorted(d.glob("torch-*.dist-info")):
+            m = re.match(r"torch-(\d+)\.(\d+)", di.name)
+            if m:
+                return int(m.group(1)), int(m.group(2))
+    try:
+        from importlib import metadata
+
+        m = re.match(r"(\d+)\.(\d+)", metadata.version("torch"))
+        return (int(m.group(1)), int(m.group(2))) if m else None
+    except Exception:
+        return None
+
+
+def vllm_supports_watchdog(argv0: str) -> tuple[bool | None, str]:
+    """Whether the vLLM that ``argv0`` runs has ``--watchdog-config`` (from its arg parser source,
+    without importing vllm). (None, why) when no vLLM source is found."""
+    for p in _vllm_arg_utils_candidates(argv0):
+        try:
+            txt = p.read_text(errors="replace")
+        except OSError:
+            continue
+        return ('"--watchdog-config"' in txt or "'--watchdog-config'" in txt), str(p)
+    return None, "vllm/engine/arg_utils.py not found"
+
+
+def is_vllm_serve(argv: list[str]) -> bool:
+    if not argv:
+        return False
+    base = os.path.basename(argv[0])
+    if base == "vllm" and len(argv) > 1 and argv[1] == "serve":
+        return True
+    joined = " ".join(argv[:6])
+    return bool(re.search(r"-m vllm(?:\.entrypoints\.cli\.main)? serve|vllm\.entrypoints\.openai\.api_server", joined))
+
+
+def diagnostic_env(
+    bundle_root: Path, base_env: dict[str, str], argv: list[str], *, stall_timeout: float,
+    site_dir: Path | None,
+) -> tuple[dict[str, str], dict[str, str], list[str], str | None]:
+    """(env, added vars, argv, watchdog note): diagnostic settings the user did not set."""
+    env = dict(base_env)
+    added: dict[str, str] = {}
+
+    def put(k: str, v: str) -> None:
+        if k not in env:
+            env[k] = v
+            added[k] = v
+
+    flight_prefix = str(bundle_root / "flight" / "nccl_trace_rank_")
+    if "TORCH_FR_BUFFER_SIZE" not in env and "TORCH_NCCL_TRACE_BUFFER_SIZE" not in env:
+        put("TORCH_FR_BUFFER_SIZE", "2000")
+        tv = torch_version_near(argv[0] if argv else "")
+        if tv is None or tv < (2, 10):
+            # older torch reads only the old name; newer ones warn that it is deprecated
+            put("TORCH_NCCL_TRACE_BUFFER_SIZE", "2000")
+    put("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
+    # the two names are one setting (TORCH_FR_DUMP_TEMP_FILE is the new name and wins in torch
+    # >= 2.10): adding one beside the user's other would silently move their dumps
+    if not any(k in env for k in flight.FR_PREFIX_VARS):
+        put("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", flight_prefix)
+        put("TORCH_FR_DUMP_TEMP_FILE", flight_prefix)
+    put("TORCH_NCCL_DEBUG_INFO_PIPE_FILE", str(bundle_root / "flight" / "pipe_rank_"))
+    if "NCCL_DEBUG" not in env and "NCCL_DEBUG_FILE" not in env:
+        put("NCCL_DEBUG", "INFO")
+        put("NCCL_DEBUG_FILE", str(bundle_root / "nccl" / "%h.%p.log"))
+    put("PYTHONUNBUFFERED", "1")  # buffered output would look like silence
+    if site_dir is not None:
+        fh = bundle_root / "faulthandler"
+        fh.mkdir(exist_ok=True)
+        added["SM120KIT_FAULTHANDLER_DIR"] = env["SM120KIT_FAULTHANDLER_DIR"] = str(fh)
+        pp = env.get("PYTHONPATH")
+        env["PYTHONPATH"] = str(site_dir) + (os.pathsep + pp if pp else "")
+        added["PYTHONPATH"] = env["PYTHONPATH"]
+    note = None
+    argv = list(argv)
+    if is_vllm_serve(argv):
+        if any(a == "--watchdog-config" or a.startswith("--watchdog-config=") for a in argv):
+            note = "--watchdog-config given by the user: kept"
+        else:
+            ok, where = vllm_supports_watchdog(argv[0])
+            if ok:
+                wd = bundle_root / "vllm-watchdog"
+                wd.mkdir(exist_ok=True)
+                cfg = {"dump_dir": str(wd), "timeout": max(10, int(stall_timeout * 0.75)),
+                       "check_interval": 5}
+                argv += ["--watchdog-config", json.dumps(cfg)]
+                note = f"added --watchdog-config {json.dumps(cfg)} (supported: {where})"
+            else:
+                note = ("vLLM --watchdog-config not supported by this vLLM" if ok is False
+                        else f"vLLM --watchdog-config not added: {where}")
+    return env, added, argv, note
+
+
+# --- log sources -----------------------------------------------------------------------------
+def source_of(line: str, stream: str) -> str:
+    """Which process/rank a line came from: the vLLM prefix name, ``rankN``, ``nccl-<pid>``, or
+    the stream name for unprefixed lines."""
+    s = _ANSI.sub("", line) if "\x1b" in line else line
+    s = s.lstrip("\r")
+    for rx in _SRC_RX:
+        m = rx.match(s)
+        if m:
+            g = m.groupdict()
+            if g.get("name"):
+                return str(g["name"]) + (f"_rank{g['rank']}" if g.get("rank") else "")
+            if g.get("rank") is not None:
+                return f"rank{g['rank']}"
+            return f"nccl-{g['pid']}"
+    return stream
+
+
+class _CappedFile:
+    def __init__(self, path: Path, cap: int, redactor: Redactor) -> None:
+        self.path = path
+        self.cap = cap
+        self.redactor = redactor
+        self.f: IO[bytes] | None = open(path, "ab", buffering=0)  # readable live
+        self.written = 0
+        self.dropped = 0
+
+    def write_line(self, line: str) -> None:
+        if self.f is None:
+            return
+        data = self.redactor.text(line).encode("utf-8", "replace")
+        if self.written + len(data) > self.cap:
+            self.dropped += len(data)
+            return
+        self.f.write(data)
+        self.written += len(data)
+
+    def close(self, tail: list[str] | None = None) -> None:
+        if self.f is None:
+            return
+        if self.dropped and tail:
+            self.f.write(f"\n[... sm120kit: {self.dropped} bytes over the cap not kept; last "
+                         f"{len(tail)} lines follow ...]\n".encode())
+            for ln in tail:
+                self.f.write(self.redactor.text(ln).encode("utf-8", "replace"))
+        self.f.close()
+        self.f = None
+
+
+# --- the supervisor --------------------------------------------------------------------------
+class LaunchSupervisor:
+    def __init__(self, argv: list[str], opts: LaunchOptions, *,
+                 on_event: Callable[[str], None] | None = None) -> None:
+        if not argv:
+            raise ValueError("empty command")
+        self.argv_user = list(argv)
+        self.opts = opts
+        user_cb = on_event or _print_event
+
+        def safe_event(msg: str) -> None:
+            # a closed terminal/pipe must never stop us from stopping our own child tree
+            try:
+                user_cb(msg)
+            except (OSError, ValueError):
+                pass
+
+        self.on_event = safe_event
+        self.redactor = Redactor(enabled=opts.redact, host_map_file=opts.host_map_file)
+        self.t0 = time.time()
+        self.bundle = Bundle.create(Path(opts.out_dir), self.redactor, t=self.t0,
+                                    meta={"mode": "launch"})
+        self._tmp = Path(tempfile.mkdtemp(prefix="sm120kit-collect-"))
+        site = faulthandler_site_dir(self._tmp) if opts.faulthandler and opts.diag_env else None
+        base_env = dict(os.environ)
+        if opts.diag_env:
+            self.env, self.added, self.argv, self.watchdog_note = diagnostic_env(
+                self.bundle.root, base_env, self.argv_user, stall_timeout=opts.stall_timeout,
+                site_dir=site)
+        else:
+            self.env, self.added, self.argv, self.watchdog_note = base_env, {}, self.argv_user, None
+        self.redactor.learn_env(self.env)
+        self.redactor.learn_argv(self.argv)
+        self.tracker = PhaseTracker()
+        self._stall_signal = stall_signal
+        self.lock = threading.Lock()
+        self.last_activity = time.monotonic()
+        self.tails: dict[str, deque[str]] = {}
+        self.signal_hit: tuple[str, str] | None = None
+        self.ready = False
+        self.known: dict[int, Proc] = {}
+        self.tracked: dict[int, Proc] = {}
+        self.deaths: list[dict[str, Any]] = []
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.readers: list[threading.Thread] = []
+        self.child_log = _CappedFile(self.bundle.path("logs/child.log"), LOG_CAP, self.redactor)
+        self.source_files: dict[str, _CappedFile] = {}
+        self._partial: dict[str, str] = {"stdout": "", "stderr": ""}
+        self.detect_to_bundle_s: float | None = None
+
+    # --- time base -----------------------------------------------------------------------
+    def now(self) -> float:
+        return time.time() - self.t0
+
+    # --- output --------------------------------------------------------------------------
+    def _reader(self, fd: int, stream: str, sink: IO[bytes] | None) -> None:
+        while True:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            if sink is not None:
+                try:
+                    sink.write(chunk)
+                    sink.flush()
+                except (OSError, ValueError):
+                    pass
+            self._feed(chunk.decode("utf-8", "replace"), stream)
+        rest = self._partial.get(stream, "")
+        if rest:
+            self._partial[stream] = ""
+            self._line(rest + "\n", stream)
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+    def _feed(self, text: str, stream: str) -> None:
+        buf = self._partial.get(stream, "") + text
+        parts = buf.split("\n")
+        self._partial[stream] = parts.pop()
+        for p in parts:
+            self._line(p + "\n", stream)
+        # a long progress bar (\r, no \n) is still activity
+        if self._partial[stream] and "\r" in self._partial[stream]:
+            with self.lock:
+                self.last_activity = time.monotonic()
+
+    def _line(self, line: str, stream: str) -> None:
+        t = self.now()
+        src = source_of(line, stream)
+        with self.lock:
+            self.child_log.write_line(line)
+            dq = self.tails.setdefault(src, deque(maxlen=max(2000, self.opts.log_tail_lines)))
+            dq.append(line.rstrip("\n"))
+            if src not in self.source_files and len(self.source_files) < MAX_SOURCES:
+                safe = re.sub(r"[^\w.-]+", "_", src)[:80]
+                self.source_files[src] = _CappedFile(self.bundle.path(f"logs/by-source/{safe}.log"),
+                                                     SOURCE_CAP, self.redactor)
+            if src in self.source_files:
+                self.source_files[src].write_line(line)
+            text = line
+            sig = self._stall_signal(text)
+            new_phase = self.tracker.feed(text, t, src)
+            if sig != "shm-broadcast-wait":
+                self.last_activity = time.monotonic()
+            if new_phase is not None:
+                self.on_event(f"phase {new_phase} at +{t:.1f}s")
+            if sig in IMMEDIATE_SIGNALS and self.signal_hit is None:
+                self.signal_hit = (sig, line.strip()[:300])
+            if (new_phase in READY_PHASES or self.tracker.current in READY_PHASES
+                    or _READY_RX.search(text)):
+                self.ready = True
+
+    # --- process tree --------------------------------------------------------------------
+    def _scan_tree(self) -> None:
+        assert self.proc is not None
+        for p in tree(self.proc.pid):
+            if p.pid not in self.known or abs(self.known[p.pid].create_time - p.create_time) > 0.05:
+                self.known[p.pid] = p
+            elif p.cmdline and p.status != "zombie":
+                # titles change after start (setproctitle); an exiting process has no cmdline
+                self.known[p.pid].label = p.label
+                self.known[p.pid].role = p.role
+                self.known[p.pid].rank = p.rank
+                self.known[p.pid].cmdline = p.cmdline
+        labelled = [p for p in self.known.values()
+                    if p.role in ("worker", "engine-core", "warmup-rank")]
+        now = time.time()
+        if labelled:
+            cand = labelled
+        else:
+            cand = [p for p in self.known.values()
+                    if p.ppid == self.proc.pid and p.is_python and now - p.create_time > 2.0]
+        for p in cand:
+            self.tracked.setdefault(p.pid, p)
+
+    def _check_deaths(self) -> None:
+        for pid, p in list(self.tracked.items()):
+            if not alive(p):
+                self.deaths.append({"pid": pid, "label": p.label, "role": p.role, "t": self.now()})
+                del self.tracked[pid]
+                self.on_event(f"process {p.label} (pid {pid}) is gone")
+
+    def live_procs(self) -> list[Proc]:
+        return [p for p in self.known.values() if alive(p)]
+
+    # --- lifecycle -----------------------------------------------------------------------
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            self.argv, env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, start_new_session=True, close_fds=True,
+        )
+        root = describe_quiet(self.proc.pid)
+        if root is not None:
+            self.known[root.pid] = root
+        out_sink = ((sys.stderr.buffer if self.opts.stdout_to_stderr else sys.stdout.buffer)
+                    if self.opts.echo else None)
+        err_sink = sys.stderr.buffer if self.opts.echo else None
+        assert self.proc.stdout is not None and self.proc.stderr is not None
+        for fobj, name, sink in ((self.proc.stdout, "stdout", out_sink),
+                                 (self.proc.stderr, "stderr", err_sink)):
+            fd = os.dup(fobj.fileno())
+            fobj.close()
+            th = threading.Thread(target=self._reader, args=(fd, name, sink), daemon=True,
+                                  name=f"collect-read-{name}")
+            th.start()
+            self.readers.append(th)
+
+    def stop(self) -> list[dict[str, Any]]:
+        """Stop our child tree (SIGINT → SIGTERM → SIGKILL) and reap the child."""
+        if self.proc is None:
+            return []
+        try:
+            self._scan_tree()
+        except Exception:
+            pass
+        procs = [p for p in self.known.values()]
+        steps = stop_tree(procs, pgid=self.proc.pid, int_timeout=self.opts.int_timeout,
+                          term_timeout=self.opts.term_timeout,
+                          on_step=lambda sig, left: self.on_event(
+                              f"stopping {len(left)} process(es) with {sig}"))
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        return steps
+
+    def _join_readers(self, timeout: float = 3.0) -> None:
+        end = time.monotonic() + timeout
+        for th in self.readers:
+            th.join(max(0.0, end - time.monotonic()))
+
+    def _context(self, reason: str, kind: str) -> CollectContext:
+        with self.lock:
+            tl = [{"phase": ph, "t": round(t, 3), "stream": s} for ph, t, s in self.tracker.timeline]
+            logs = {k: list(v) for k, v in self.tails.items()}
+            cur = self.tracker.current
+        notes = []
+        if self.watchdog_note:
+            notes.append(self.watchdog_note)
+        return CollectContext(
+            mode="launch", reason=reason, stall_kind=kind, argv=self.argv, env=self.env,
+            added_env=self.added, timeline=tl, current_phase=cur, logs=logs,
+            deaths=list(self.deaths), exit_code=self.proc.poll() if self.proc else None,
+            own_pids={p.pid for p in self.known.values()},
+            fh_dir=self.bundle.root / "faulthandler" if "SM120KIT_FAULTHANDLER_DIR" in self.added else None,
+            fr_prefixes=[v for k, v in self.env.items() if k in flight.FR_PREFIX_VARS],
+            watchdog_dirs=[str(self.bundle.root / "vllm-watchdog")],
+            nccl_debug_files=[self.env["NCCL_DEBUG_FILE"]] if self.env.get("NCCL_DEBUG_FILE") and
+            not str(self.env["NCCL_DEBUG_FILE"]).startswith(str(self.bundle.root)) else [],
+            started=self.t0, notes=notes,
+        )
+
+    def _options(self) -> Options:
+        return Options(deadline_s=self.opts.deadline_s, sample_gap_s=self.opts.sample_gap_s,
+                       stack_method=self.opts.stacks, ras_addr=self.env.get("NCCL_RAS_ADDR"),
+                       log_tail_lines=self.opts.log_tail_lines, doctor=self.opts.doctor)
+
+    def _bundle(self, reason: str, kind: str, *, live: bool = True) -> tuple[Path, Result | None]:
+        t_detect = time.monotonic()
+        ctx = self._context(reason, kind)
+        opts = self._options()
+        procs = self.live_procs() if live else []
+        res: Result | None = None
+        try:
+            if procs:
+                res = snapshot(self.bundle, procs, ctx, opts)
+            else:
+                write_processes(self.bundle, list(self.known.values()), ctx)
+        except KeyboardInterrupt:
+            self.on_event("interrupted again: writing what was collected")
+        finally:
+            self._close_logs()
+            ctx = self._context(reason, kind) if res is None else ctx
+            tb = finalize(self.bundle, procs or list(self.known.values()), ctx, res, opts)
+            self.detect_to_bundle_s = round(time.monotonic() - t_detect, 3)
+        return tb, res
+
+    def _close_logs(self) -> None:
+        with self.lock:
+            self.child_log.close(list(self.tails.get("stdout", []))[-2000:])
+            for src, f in self.source_files.items():
+                f.close(list(self.tails.get(src, []))[-2000:])
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self._tmp, ignore_errors=True)
+
+    def discard_bundle(self) -> None:
+        self._close_logs()
+        shutil.rmtree(self.bundle.root, ignore_errors=True)
+
+    # --- main loop -----------------------------------------------------------------------
+    def run(self) -> LaunchResult:
+        o = self.opts
+        self.start()
+        assert self.proc is not None
+        self.on_event(f"started pid {self.proc.pid}; bundle dir {self.bundle.root}")
+        if self.watchdog_note:
+            self.on_event(self.watchdog_note)
+        last_scan = 0.0
+        outcome, reason, kind = "exited", "", ""
+        grace_until: float | None = None
+        bundle_path: Path | None = None
+        res: Result | None = None
+        steps: list[dict[str, Any]] = []
+        child_rc: int | None = None
+        frozen: list[dict[str, Any]] | None = None
+        frozen_cur: str | None = None
+        try:
+            try:
+                while True:
+                    rc = self.proc.poll()
+                    if rc is not None:
+                        self._join_readers()
+                        child_rc = rc
+                        if rc == 0:
+                            outcome, reason = "exited", "the command exited with code 0"
+                        else:
+                            outcome, kind = "crashed", "exit"
+                            reason = f"the command exited with code {rc}"
+                            if self.deaths:
+                                d = self.deaths[0]
+                                reason += (f"; first gone: {d['label']} (pid {d['pid']}) at "
+                                           f"+{d['t']:.1f}s")
+                        break
+                    mono = time.monotonic()
+                    if mono - last_scan > 1.0:
+                        try:
+                            self._scan_tree()
+                            self._check_deaths()
+                        except Exception:
+                            pass
+                        last_scan = mono
+                    if o.until_ready and self.ready:
+                        outcome, reason = "ready", "the server is ready"
+                        break
+                    with self.lock:
+                        sig = self.signal_hit
+                        silent = mono - self.last_activity
+                        cur = self.tracker.current
+                    if sig is not None:
+                        outcome = "crashed" if sig[0] in DEATH_SIGNALS else "stalled"
+                        kind = "signal"
+                        reason = f"known hang message ({sig[0]}): {sig[1]}"
+                        break
+                    if self.deaths:
+                        if grace_until is None:
+                            grace_until = mono + 2.0  # let the traceback and the exit arrive
+                        elif mono >= grace_until:
+                            d = self.deaths[0]
+                            outcome, kind = "crashed", "death"
+                            reason = (f"{d['label']} (pid {d['pid']}) died while the command "
+                                      "kept running")
+                            break
+                    if silent > o.stall_timeout:
+                        outcome, kind = "stalled", "silence"
+                        reason = (f"no output and no phase change for {silent:.0f}s "
+                                  f"(phase {cur or 'unknown'})")
+                        break
+                    time.sleep(o.poll_s)
+            except KeyboardInterrupt:
+                outcome, kind = "interrupted", "interrupt"
+                reason = "interrupted by the user (Ctrl-C)"
+            with self.lock:
+                frozen = [{"phase": ph, "t": round(t, 3), "stream": s}
+                          for ph, t, s in self.tracker.timeline]
+                frozen_cur = self.tracker.current
+            if outcome in ("stalled", "crashed", "interrupted") or o.always_bundle:
+                live = self.proc.poll() is None
+                self.on_event(f"{reason}; collecting evidence (deadline {o.deadline_s:.0f}s)")
+                bundle_path, res = self._bundle(reason or outcome, kind or outcome, live=live)
+                self.on_event(f"bundle written: {bundle_path}")
+                if o.keep_running and outcome == "stalled" and self.proc.poll() is None:
+                    self.on_event("--keep-running: still supervising; Ctrl-C to stop")
+                    try:
+                        while self.proc.poll() is None:
+                            time.sleep(o.poll_s)
+                    except KeyboardInterrupt:
+                        outcome = "interrupted"
+                    self._join_readers()
+            elif outcome in ("exited", "ready"):
+                pass
+        except KeyboardInterrupt:
+            outcome, reason = "interrupted", "interrupted by the user (Ctrl-C)"
+        finally:
+            if self.proc.poll() is None or any(alive(p) for p in self.known.values()):
+                steps = self.stop()
+            child_rc = self.proc.poll() if child_rc is None else child_rc
+            self._join_readers(2.0)
+            if bundle_path is None:
+                if outcome in ("exited", "ready") and not o.always_bundle:
+                    self.discard_bundle()
+                else:
+                    bundle_path, res = self._bundle(reason or outcome, kind or outcome, live=False)
+            self.cleanup()
+        if frozen is not None:
+            tl, cur = frozen, frozen_cur
+        else:
+            with self.lock:
+                tl = [{"phase": ph, "t": round(t, 3), "stream": s}
+                      for ph, t, s in self.tracker.timeline]
+                cur = self.tracker.current
+        if outcome == "ready":
+            code = 0
+        elif outcome == "exited":
+            code = child_rc or 0
+        elif outcome == "interrupted":
+            code = 130
+        elif outcome == "crashed" and kind == "exit":
+            code = child_rc if child_rc else 1
+        else:
+            code = 1
+        d2b = self.detect_to_bundle_s if bundle_path is not None else None
+        return LaunchResult(
+            exit_code=int(code), outcome=outcome, reason=reason, bundle=bundle_path, timeline=tl,
+            current_phase=cur, child_exit_code=child_rc, seconds=round(self.now(), 3),
+            detect_to_bundle_s=d2b, stop_steps=steps, verdict=res.verdict if res else [],
+            added_env=self.redactor.env(self.added), watchdog=self.watchdog_note,
+            self_cpu_s=_self_cpu(),
+        )
+
+
+def _self_cpu() -> float | None:
+    try:
+        import resource
+
+        ru = resource.getrusage(resource.RUSAGE_SELF)
+        return round(ru.ru_utime + ru.ru_stime, 3)
+    except (ImportError, OSError):
+        return None
+
+
+def _print_event(msg: str) -> None:
+    print(f"sm120kit collect: {msg}", file=sys.stderr, flush=True)
+
+
+def describe_quiet(pid: int) -> Proc | None:
+    try:
+        import psutil
+
+        return describe(psutil.Process(pid))
+    except Exception:
+        return None
+
+
+def launch(argv: list[str], opts: LaunchOptions, *,
+           on_event: Callable[[str], None] | None = None) -> LaunchResult:
+    """Run ``argv`` under supervision (see the module docstring); never raises for the child's
+    failures: they are in the result."""
+    sup = LaunchSupervisor(argv, opts, on_event=on_event)
+    prev_term = None
+    if threading.current_thread() is threading.main_thread():
+        def on_term(signum: int, frame: Any) -> None:
+            raise KeyboardInterrupt
+
+        prev_term = signal.signal(signal.SIGTERM, on_term)
+    try:
+        return sup.run()
+    finally:
+        if prev_term is not None:
+            signal.signal(signal.SIGTERM, prev_term)

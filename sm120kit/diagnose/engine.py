@@ -1,0 +1,382 @@
+"""``sm120kit diagnose``: a log file, a directory of per-rank logs or a collect bundle →
+``DiagnoseResult`` (versions, config, per-rank table, phase timeline, ranked findings).
+
+Logs are streamed (memory flat in their size); bundles are read through ``evidence.bundle_reader`` (no
+extraction, size caps, unsafe members skipped). Exit codes: 0 nothing wrong, 1 findings,
+2 unusable input (raised as ``UserError``).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, BinaryIO
+
+from sm120kit.diagnose.rules import run_rules
+from sm120kit.diagnose.rules.base import BundleFacts, Finding, RuleContext, StackView
+from sm120kit.diagnose.rules.watchdog_desync import watchdog_by_rank
+from sm120kit.errors import ExitCode, UserError
+from sm120kit.evidence.bundle_reader import READ_ERRORS, BundleReader, looks_like_tar
+from sm120kit.evidence.logs.analyze import LogAnalysis
+from sm120kit.evidence.stacks import blocking_call
+
+
+@dataclass
+class DiagnoseResult:
+    inputs: list[str]
+    kind: str  # log | logs | bundle
+    verdict: str
+    versions: dict[str, Any]
+    config: dict[str, Any]
+    ranks: list[dict[str, Any]]
+    phases: list[dict[str, Any]]
+    findings: list[Finding]
+    notes: list[str] = field(default_factory=list)
+    sources: list[dict[str, Any]] = field(default_factory=list)
+    stalls: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def exit_code(self) -> int:
+        return ExitCode.FINDINGS if self.findings else ExitCode.OK
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "inputs": self.inputs,
+            "kind": self.kind,
+            "verdict": self.verdict,
+            "versions": self.versions,
+            "config": self.config,
+            "ranks": self.ranks,
+            "phases": self.phases,
+            "findings": [f.to_dict() for f in self.findings],
+            "stalls": self.stalls,
+            "sources": self.sources,
+            "notes": self.notes,
+        }
+
+
+def fmt_t(t: float | None) -> str | None:
+    """The sortable seconds of ``prefix._t`` back to ``MM-DD HH:MM:SS`` (no year in logs)."""
+    if t is None or t < 86400 * 31:
+        return None
+    s = int(t)
+    days, s = divmod(s, 86400)
+    mon, day = divmod(days, 31)
+    return f"{mon:02d}-{day:02d} {s // 3600:02d}:{s // 60 % 60:02d}:{s % 60:02d}"
+
+
+# --- bundle facts ----------------------------------------------------------------------------
+def _frame_str(f: dict[str, Any]) -> str:
+    fn = f.get("short_filename") or f.get("filename") or "?"
+    return f"{f.get('name', '?')} ({fn}:{f.get('line', '?')})"
+
+
+def _stack_view(pid: int, body: dict[str, Any], source: str, procs: dict[str, Any],
+                analysis: dict[str, Any]) -> StackView | None:
+    threads = body.get("threads") if isinstance(body, dict) else None
+    if not isinstance(threads, list) or not threads:
+        return None
+    main = next((t for t in threads if isinstance(t, dict) and t.get("thread_name") == "MainThread"),
+                threads[0])
+    if not isinstance(main, dict):
+        return None
+    frames = [f for f in main.get("frames") or [] if isinstance(f, dict)]
+    i0 = procs.get(str(pid))
+    info: dict[str, Any] = i0 if isinstance(i0, dict) else {}
+    a0 = analysis.get(str(pid))
+    an: dict[str, Any] = a0 if isinstance(a0, dict) else {}
+    sv = StackView(pid=pid, source=source, frames=[_frame_str(f) for f in frames[:40]])
+    sv.label = body.get("label") or info.get("label") or an.get("label")
+    rank = info.get("rank", an.get("rank"))
+    sv.rank = rank if isinstance(rank, int) else None
+    sv.role = info.get("role") or an.get("role")
+    sv.state = an.get("state")
+    py = [f for f in frames if f.get("line")]
+    sv.top = _frame_str(py[0]) if py else (sv.frames[0] if sv.frames else None)
+    call = blocking_call(frames)
+    sv.collective = call.get("collective")
+    sv.sync = call.get("sync")
+    if an.get("collective") and not sv.collective:
+        sv.collective = str(an["collective"])
+    if an.get("sync") and not sv.sync:
+        sv.sync = str(an["sync"])
+    return sv
+
+
+_FH_FILE = re.compile(r"VLLM_STACK_DUMP_for_(?P<kind>worker|engine)_(?P<rank>\d+)_(?P<pid>\d+)")
+_FH_FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<name>\S+)')
+
+
+def _faulthandler_view(name: str, text: str, analysis: dict[str, Any]) -> StackView | None:
+    """A vLLM ``--watchdog-config`` dump (faulthandler text): the last dump's thread that runs
+    the worker/engine loop (else the first thread), innermost frame first."""
+    m = _FH_FILE.search(name)
+    if not m or not text:
+        return None
+    last = text.rsplit(">>> Call stack dump", 1)[-1]
+    threads: list[list[dict[str, Any]]] = []
+    for line in last.splitlines():
+        if line.startswith(("Thread 0x", "Current thread 0x")):
+            threads.append([])
+            continue
+        fm = _FH_FRAME.match(line)
+        if fm and threads:
+            fn = fm.group("file")
+            threads[-1].append({"name": fm.group("name"), "filename": fn,
+                                "short_filename": "/".join(fn.split("/")[-2:]),
+                                "line": int(fm.group("line"))})
+    if not threads:
+        return None
+    main = next((t for t in threads if any("busy_loop" in f["name"] or "run_engine_core" in
+                                           f["name"] for f in t)), threads[0])
+    body = {"label": f"{m.group('kind')} {m.group('rank')}",
+            "threads": [{"thread_name": "MainThread", "frames": main}]}
+    sv = _stack_view(int(m.group("pid")), body, name,
+                     {m.group("pid"): {"rank": int(m.group("rank")),
+                                       "role": "worker" if m.group("kind") == "worker"
+                                       else "engine-core"}}, analysis)
+    return sv
+
+
+def load_bundle_facts(br: BundleReader) -> BundleFacts:
+    bf = BundleFacts()
+    man = br.read_json("manifest.json")
+    if isinstance(man, dict):
+        cols = man.get("collectors") or man.get("records") or []
+        if isinstance(cols, list):
+            bf.collectors = [c for c in cols if isinstance(c, dict)]
+    procs = br.read_json("processes.json")
+    bf.processes = procs if isinstance(procs, dict) else {}
+    an = br.read_json("stacks/analysis.json")
+    analysis = an.get("processes", {}) if isinstance(an, dict) else {}
+    analysis = analysis if isinstance(analysis, dict) else {}
+    for name in br.names("stacks/"):
+        stem = name[len("stacks/"):]
+        if not stem.endswith(".json") or "/" in stem:
+            continue
+        pid_s = stem[:-5]
+        if not pid_s.isdigit():
+            continue  # analysis.json, <pid>.2.json (second samples)
+        body = br.read_json(name)
+        if isinstance(body, list):  # bare py-spy --json output
+            body = {"threads": body}
+        if not isinstance(body, dict):
+            continue
+        sv = _stack_view(int(pid_s), body, name, bf.processes, analysis)
+        if sv is not None:
+            bf.stacks.append(sv)
+    nv = br.read_json("nvml.json")
+    if isinstance(nv, dict):
+        samples = nv.get("samples")
+        if not isinstance(samples, list):
+            samples = [nv]
+        bf.nvml = [s for s in samples if isinstance(s, dict)]
+    for name in br.names("ras/"):
+        if name.endswith(".txt"):
+            t = br.read_text(name, cap=4 << 20)
+            if t:
+                bf.ras.append((name, t))
+        elif name.endswith(".json"):
+            j = br.read_json(name, cap=16 << 20)
+            if isinstance(j, dict):
+                bf.ras_json.append((name, j))
+    for name in br.names("vllm-watchdog/"):
+        t = br.read_text(name, cap=4 << 20)
+        sv = _faulthandler_view(name, t or "", analysis)
+        if sv is not None and not any(s.pid == sv.pid for s in bf.stacks):
+            bf.stacks.append(sv)
+    fl = br.read_json("flight/index.json")
+    bf.flight = fl if isinstance(fl, dict) else None
+    for name in br.names("flight/"):
+        if name.endswith(("analysis.txt", ".out", "-analysis.txt")):
+            t = br.read_text(name, cap=4 << 20)
+            if t:
+                bf.flight_text.append((name, t))
+    doc = br.read_json("doctor.json")
+    bf.doctor = doc if isinstance(doc, dict) else None
+    tl = br.read_json("timeline.json")
+    bf.timeline = tl if isinstance(tl, dict) else None
+    env = br.read_json("env.json")
+    bf.env = env if isinstance(env, dict) else {}
+    return bf
+
+
+# --- main entry ------------------------------------------------------------------------------
+def _feed(an: LogAnalysis, source: str, fh: IO[bytes], notes: list[str]) -> None:
+    try:
+        an.feed_stream(source, fh)
+    except READ_ERRORS as exc:
+        notes.append(f"{source}: stopped reading ({type(exc).__name__}: {exc}); used the lines "
+                     "read before")
+
+
+def diagnose(paths: list[Path | str]) -> DiagnoseResult:
+    """Analyse the inputs; raise ``UserError`` when nothing usable is in them."""
+    if not paths:
+        raise UserError("nothing to diagnose", hint="sm120kit diagnose LOG|DIR|BUNDLE.tar.gz")
+    an = LogAnalysis()
+    notes: list[str] = []
+    facts: BundleFacts | None = None
+    kinds: set[str] = set()
+    for raw in paths:
+        if str(raw) == "-":
+            _feed(an, "<stdin>", sys.stdin.buffer, notes)
+            kinds.add("log")
+            continue
+        p = Path(raw)
+        if not p.exists():
+            raise UserError(f"{p}: no such file or directory",
+                            hint="pass a log file, a directory of logs or a collect bundle")
+        if p.is_dir() or (p.is_file() and looks_like_tar(p) and not _is_plain_gz_log(p)):
+            with BundleReader(p) as br:
+                notes += [f"{p.name}: {n}" for n in br.notes]
+                bundle = br.is_bundle()
+                kinds.add("bundle" if bundle else "logs")
+                if bundle:
+                    facts = load_bundle_facts(br)
+                    tl = facts.timeline or {}
+                    if tl.get("reason"):
+                        notes.append(f"{p.name}: collect snapshot reason: {tl.get('reason')} "
+                                     f"(stall kind {tl.get('stall_kind')}, phase "
+                                     f"{tl.get('current_phase')})")
+                    bad = [c for c in facts.collectors
+                           if c.get("status") in ("error", "timeout")]
+                    for c in bad[:6]:
+                        notes.append(f"{p.name}: collector {c.get('name')} {c.get('status')}: "
+                                     f"{str(c.get('error'))[:160]}")
+                    notes += [f"{p.name}: {n}" for n in br.notes if f"{p.name}: {n}" not in notes]
+                members = br.log_members()
+                for name in members:
+                    try:
+                        fh = br.open(name)
+                    except READ_ERRORS as exc:
+                        notes.append(f"{name}: unreadable ({exc})")
+                        continue
+                    with fh:
+                        _feed(an, name, fh, notes)
+                if bundle and not any(n.startswith("logs/") for n in members):
+                    _feed_tails(an, br)
+        elif p.is_file():
+            kinds.add("log")
+            try:
+                fh2 = _open_log(p)
+            except OSError as exc:
+                raise UserError(f"{p}: cannot read ({exc.strerror or exc})") from None
+            with fh2:
+                _feed(an, p.name, fh2, notes)
+        else:
+            raise UserError(f"{p}: not a regular file or directory")
+    an.finish()
+    total = sum(s["lines"] for s in an.sources)
+    recognised = sum(1 for pr in an.procs.values() if pr.name or pr.host or pr.rank is not None)
+    if facts is None and (total == 0 or (not recognised and not an.phase_ev and not an.signals
+                                         and not an.watchdog)):
+        what = "is empty" if total == 0 else "has no vLLM, NCCL or torch log lines"
+        raise UserError(f"{', '.join(str(x) for x in paths)} {what}",
+                        hint="pass the full vLLM output (2>&1), per-rank logs or a bundle")
+    ctx = RuleContext(logs=an, bundle=facts)
+    findings = run_rules(ctx)
+    return _result([str(x) for x in paths], "bundle" if "bundle" in kinds else
+                   ("logs" if "logs" in kinds else "log"), an, facts, findings, notes)
+
+
+def _feed_tails(an: LogAnalysis, br: BundleReader) -> None:
+    """Attach-mode bundles have no child output, only ``logs/tail.json`` (source → lines)."""
+    tails = br.read_json("logs/tail.json")
+    if not isinstance(tails, dict):
+        return
+    for src, lines in tails.items():
+        if isinstance(lines, list):
+            an.feed_lines(f"logs/tail.json:{src}", [x for x in lines if isinstance(x, str)])
+            an.sources.append({"source": f"logs/tail.json:{src}", "bytes": 0,
+                               "lines": len(lines), "long_lines": 0, "nccl_lines_skipped": 0})
+
+
+def _is_plain_gz_log(p: Path) -> bool:
+    """``vllm.log.gz``: a gzip that is not a tar is read as a compressed log."""
+    import gzip
+    import tarfile
+
+    try:
+        with open(p, "rb") as f:
+            if f.read(2) != b"\x1f\x8b":
+                return False
+        with tarfile.open(p, "r:gz") as tf:
+            tf.next()
+        return False
+    except (tarfile.TarError, OSError, EOFError):
+        try:
+            with gzip.open(p, "rb") as g:
+                g.read(1)
+            return True
+        except (OSError, EOFError):
+            return False
+
+
+def _open_log(p: Path) -> BinaryIO:
+    if _is_plain_gz_log(p):
+        import gzip
+
+        return gzip.open(p, "rb")  # type: ignore[return-value]
+    return open(p, "rb")  # noqa: SIM115
+
+
+def _result(inputs: list[str], kind: str, an: LogAnalysis, facts: BundleFacts | None,
+            findings: list[Finding], notes: list[str]) -> DiagnoseResult:
+    ranks = []
+    procs = sorted(an.procs.values(), key=lambda p: (
+        {"api-server": 0, "engine-core": 1, "worker": 2}.get(p.role, 3),
+        p.rank if p.rank is not None else 1 << 30, p.pid or 0))
+    wd = watchdog_by_rank(an.watchdog)
+    for p in procs:
+        d = p.to_dict()
+        d["last_time"] = fmt_t(p.last_t)
+        w = wd.get(p.rank) if p.rank is not None and p.role == "worker" else None
+        d["watchdog"] = {k: v for k, v in w.items() if k != "ev"} if w else None
+        ranks.append(d)
+    # ranks that only torch watchdog lines name (no process of theirs in the log)
+    seen = {p.rank for p in procs if p.role == "worker"}
+    for r, w in sorted(wd.items()):
+        if r not in seen:
+            ranks.append({"process": None, "role": "worker", "rank": r, "pid": None,
+                          "phase": None, "watchdog": {k: v for k, v in w.items() if k != "ev"}})
+    phases = []
+    for ph, t, src in an.global_tracker.timeline:
+        ev = an.phase_ev.get(ph)
+        phases.append({"phase": ph, "first_seen": fmt_t(t), "source": src,
+                       "evidence": ev.to_dict() if ev else None})
+    versions = dict(an.vs.versions)
+    if facts is not None and facts.nvml:
+        s0 = facts.nvml[0]
+        if s0.get("driver_version"):
+            versions.setdefault("driver", s0["driver_version"])
+        gpus = [str(g.get("name")) for g in s0.get("gpus") or []
+                if isinstance(g, dict) and g.get("name")]
+        if gpus:
+            versions.setdefault("gpu", ", ".join(sorted(set(gpus))))
+            versions.setdefault("gpu_count", len(gpus))
+    stalls = {
+        "shm_broadcast_waits": an.shm_count,
+        "watchdog_records": len(an.watchdog),
+        "rpc_timeouts": [m for m, _e, _k in an.rpc_timeouts[:10]],
+        "worker_deaths": [{"proc": d.proc, "rank": d.rank, "exit_code": d.exit_code,
+                           "evidence": e.to_dict()} for d, e, _k in an.deaths[:10]],
+        "nccl_warnings": an.nccl_warn_count,
+        "nccl_warning_lines": [e.to_dict() for e in an.nccl_warns[:5]],
+        "nccl_transports": {k: sorted(v) for k, v in an.transports.items()},
+        "nccl_env": an.nccl_env,
+        "stacks": [{"pid": s.pid, "label": s.label, "rank": s.rank, "top": s.top,
+                    "collective": s.collective, "sync": s.sync, "state": s.state}
+                   for s in (facts.stacks if facts else [])],
+    }
+    if findings:
+        top = findings[0]
+        verdict = f"{top.category}: {top.summary}"
+    else:
+        last = an.global_tracker.current or "unknown"
+        verdict = f"no problem found (last phase: {last})"
+    return DiagnoseResult(inputs=inputs, kind=kind, verdict=verdict, versions=versions,
+                          config=dict(an.vs.config), ranks=ranks, phases=phases,
+                          findings=findings, notes=notes, sources=an.sources, stalls=stalls)

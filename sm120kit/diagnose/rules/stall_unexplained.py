@@ -1,0 +1,40 @@
+"""A stall that no specific rule explains: say where every rank stopped and what to collect."""
+
+from __future__ import annotations
+
+from sm120kit.diagnose.rules.base import Finding, Rule, RuleContext
+from sm120kit.evidence.logs.analyze import Evidence
+
+
+def check(ctx: RuleContext) -> list[Finding]:
+    lg = ctx.logs
+    ev: list[Evidence] = []
+    if lg.shm_waits and lg.shm_wait_open():
+        ev.append(lg.shm_waits[0][1])
+        if len(lg.shm_waits) > 1:
+            ev.append(lg.shm_waits[-1][1])
+    ev += [e for _r, e, _k in lg.watchdog[:2]]
+    ev += [e for _m, e, _k in lg.rpc_timeouts[:1]]
+    ev += ctx.hits("gloo-timeout")[:1] + ctx.hits("heartbeat")[:1]
+    if not ev:
+        return []
+    ws = ctx.workers()
+    where = sorted({p.tracker.stage or "?" for p in ws}) or [lg.global_tracker.stage or "?"]
+    waited = sum(s for s, _e, _k in lg.shm_waits)
+    extra = f", {lg.shm_count} shm_broadcast wait(s) (~{waited} s)" if lg.shm_count else ""
+    return [RULE.finding(
+        0.3, f"the run stalled with ranks in {', '.join(where)}{extra}; the logs alone do not "
+        "name a cause", ev[:5], tier="config")]
+
+
+RULE = Rule(
+    id="stall-unexplained",
+    category="unknown",
+    needs="shm_broadcast waits, watchdog/RPC/gloo timeouts without a more specific finding",
+    tier="config",
+    check=check,
+    fix="Reproduce under `sm120kit collect -- vllm serve ...` to get every rank's stack, NVML "
+        "state, NCCL RAS counts and Flight Recorder dumps; set NCCL_DEBUG=INFO "
+        "NCCL_DEBUG_SUBSYS=INIT,COLL for per-rank op counts.",
+    link="README.md#collect",
+)

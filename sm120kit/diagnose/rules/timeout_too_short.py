@@ -1,0 +1,58 @@
+"""A timeout that fired on legitimately slow work: a JIT compile or autotune longer than
+VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS (300 s), a short NCCL timeout during startup, or the engine
+READY wait (600 s) expiring while weights still load."""
+
+from __future__ import annotations
+
+from sm120kit.diagnose.rules.base import Finding, Rule, RuleContext
+
+_STARTUP = ("model-load", "torch-compile", "kv-cache-profile", "kernel-warmup", "autotune",
+            "cuda-graph-capture")
+
+
+def check(ctx: RuleContext) -> list[Finding]:
+    out: list[Finding] = []
+    lg = ctx.logs
+    if lg.rpc_timeouts:
+        jit = ctx.hits("jit-compile")
+        method, ev, _k = lg.rpc_timeouts[0]
+        if jit:
+            out.append(RULE.finding(
+                0.6, f"RPC call to {method} timed out after a JIT compile during inference: the "
+                "compile on one rank took longer than the RPC timeout", [ev] + jit[-2:],
+                fix="Raise VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS (default 300) and warm the JIT "
+                    "cache before serving (`sm120kit warmup`)."))
+    ready = ctx.hits("engine-ready-timeout")
+    if ready:
+        loading = [p for p in ctx.workers() if p.tracker.stage in _STARTUP]
+        out.append(RULE.finding(
+            0.7 if loading else 0.5,
+            "the frontend gave up waiting for the engine to start"
+            + (f" while {len(loading)} worker(s) were still in {loading[0].tracker.stage}"
+               if loading else ""), ready[:2],
+            fix="Raise VLLM_ENGINE_READY_TIMEOUT_S (default 600) for slow weight loading/"
+                "compiles, or speed the load up (local NVMe, fastsafetensors)."))
+    for r, ev, _k in lg.watchdog:
+        if r.timeout_ms is not None and r.timeout_ms < 600000 and r.ran_ms is not None:
+            phases = {p.tracker.stage for p in ctx.workers() if p.tracker.stage}
+            if phases & set(_STARTUP):
+                out.append(RULE.finding(
+                    0.55, f"a {r.timeout_ms // 1000} s NCCL timeout fired during startup "
+                    f"({', '.join(sorted(phases & set(_STARTUP)))}), which can legitimately take "
+                    "longer", [ev],
+                    fix="Raise --distributed-timeout-seconds (torch's NCCL default is 600 s) "
+                        "or confirm with stacks that a rank is really stuck."))
+            break
+    return out
+
+
+RULE = Rule(
+    id="timeout-too-short",
+    category="timeout-too-short",
+    needs="'RPC call to X timed out' + JIT lines; 'Timed out waiting for engine core processes "
+          "to start'; watchdog Timeout(ms) vs the phase",
+    tier="disagreement",
+    check=check,
+    fix="Raise the timeout that fired, after confirming the work was progressing.",
+    link="https://docs.vllm.ai/en/latest/configuration/env_vars.html",
+)

@@ -1,0 +1,110 @@
+"""Named log signatures the rules consume (``match_signals(line) -> [ids]``).
+
+Each signature is a mechanism-level message: what a class of failure prints, in the wording that
+stayed stable across versions (PyTorch, NCCL, vLLM, FlashInfer, the CUDA runtime). A substring
+needle gates every regex, so a line costs one ``in`` test per signature.
+"""
+
+from __future__ import annotations
+
+import re
+
+from sm120kit.evidence.phases import STALL_MESSAGES
+
+_TABLE: tuple[tuple[str, str, str], ...] = (
+    # memory
+    ("cuda-oom", "emory", r"CUDA out of memory|OutOfMemoryError|cudaErrorMemoryAllocation"
+     r"|CUBLAS_STATUS_ALLOC_FAILED|Failed to CUDA calloc|out of memory"),
+    ("kv-cache-too-small", "cache", r"No available memory for the cache blocks"
+     r"|larger than the available KV cache memory|Insufficient memory for KV cache"
+     r"|num_gpu_blocks.*(?:<=|is) 0"),
+    # DCP support on the backend
+    ("dcp-not-supported", "DCP", r"DCP not supported|does not support (?:DCP|decode context parallel)"
+     r"|DCP is not supported"),
+    ("dcp-lse-assert", "LSE", r"requires attention implementations to return the softmax LSE"),
+    ("dcp-nvfp4", "decode context parallel", r"not supported with decode context parallelism"),
+    ("dcp-interleave", "interleave", r"should be greater than or equal to and divisible by cp_kv_cache_interleave_size"
+     r"|MTP with cp_kv_cache_interleave_size > 1 is not supported"),
+    # sparse-MLA warmup / autotune markers
+    ("sm120-autotune-leader", "Autotuning FlashInfer", r"Autotuning FlashInfer SM120 sparse MLA"),
+    ("sm120-autotune-loaded", "autotune cache loaded", r"autotune cache loaded on rank (?P<rank>\d+)"),
+    ("sm120-autotune-empty", "autotune cache entries", r"No FlashInfer SM120 sparse MLA \S+ decode autotune cache entries"),
+    ("sparse-mla-warmup", "sparse_mla", r"flashinfer_sparse_mla_warmup|sparse_mla_decode_autotune_warmup"),
+    ("autotuner-start", "utotun", r"Autotuning process starts|\[Autotuner\]"),
+    ("jit-compile", "JIT", r"JIT compilation during inference|Triton kernel JIT|JIT compil"),
+    # shared memory / IPC
+    ("shm-error", "shm", r"/dev/shm|shm_open|Error while creating shared memory segment"
+     r"|could not attach to shared memory|shared memory ring buffer"),
+    ("no-space", "No space left", r"No space left on device"),
+    ("semlock", "SemLock", r"SemLock|_rebuild.*FileNotFoundError"),
+    ("bus-error", "Bus error", r"Bus error"),
+    # P2P / transport
+    ("p2p-disabled", "P2P", r"lacks GPU P2P capability|P2P test failed|do not agree on the P2P access"
+     r"|peer access is not supported|P2P is disabled|cudaErrorPeerAccess|peer mapping resources exhausted"),
+    ("custom-ar-disabled", "ustom allreduce is disabled", r"Custom allreduce is disabled"),
+    ("nccl-p2p-env", "NCCL_P2P", r"NCCL_P2P_(?:DISABLE|LEVEL)"),
+    ("nccl-remote-error", "remote", r"remote process exited or there was a network error|NET/\w+ : .*(?:error|failed)"),
+    ("nccl-unhandled-cuda", "unhandled", r"unhandled cuda error|ncclUnhandledCudaError|unhandled system error|ncclSystemError"),
+    ("nccl-internal", "internal error", r"internal error - please report this issue to the NCCL developers|ncclInternalError"),
+    ("nccl-invalid-usage", "nvalid usage", r"ncclInvalidUsage|invalid usage"),
+    # device faults
+    ("illegal-memory", "illegal", r"an illegal memory access was encountered|illegal instruction|cudaErrorIllegalAddress"),
+    ("cuda-launch", "launch", r"unspecified launch failure|cudaErrorLaunchFailure|launch timed out"),
+    ("xid", "Xid", r"NVRM: Xid|\bXid \d+"),
+    ("device-assert", "assert", r"device-side assert triggered"),
+    ("no-kernel-image", "kernel image", r"no kernel image is available for execution"),
+    ("sm-not-compatible", "compatible", r"sm_12\d is not compatible|not compatible with the current PyTorch installation"),
+    # library / version
+    ("undefined-symbol", "undefined symbol", r"undefined symbol"),
+    ("unexpected-kwarg", "unexpected keyword", r"got an unexpected keyword argument '(?P<kw>\w+)'"),
+    ("flashinfer-api", "FlashInfer", r"requires FlashInfer's sparse MLA decode API|FlashInfer build containing"
+     r"|flashinfer.*(?:has no attribute|cannot import name)"),
+    ("import-error", "mport", r"ImportError|ModuleNotFoundError|cannot import name"),
+    ("driver-too-old", "driver", r"CUDA driver version is insufficient|driver version is insufficient"
+     r"|The NVIDIA driver on your system is too old"),
+    ("version-mismatch", "ersion", r"version mismatch|[Ii]ncompatible version|requires \S+ ?[<>=]=? ?\d"),
+    # interposers / overrides
+    ("ld-preload", "LD_PRELOAD", r"LD_PRELOAD"),
+    ("nccl-so-path", "VLLM_NCCL_SO_PATH", r"VLLM_NCCL_SO_PATH"),
+    ("hami", "HAMI", r"HAMI|libvgpu|vgpu"),
+    ("nccl-plugin", "plugin", r"NCCL INFO (?:NET/)?Plugin|libnccl-net|NCCL_NET_PLUGIN|tuner plugin"),
+    # config
+    ("divisible", "divisible", r"must be divisible by|should be divisible by|is not divisible by"),
+    ("config-value-error", "Error", r"(?:ValueError|AssertionError|NotImplementedError): .*(?:not supported|"
+     r"must be|Invalid|invalid|unsupported|Unsupported|requires|only supports|does not support)"),
+    ("arg-error", "argument", r"error: argument |unrecognized arguments|invalid choice"),
+    ("backend-rejected", "backend", r"is not a DeepSeek V4 attention backend|[Nn]o valid attention backend"
+     r"|Selected backend \S+ is not valid|backend .* does not support"),
+    ("cudagraph-full", "cudagraph_mode", r"cudagraph_mode['\"]?[:=] ?['\"]?(?:CUDAGraphMode\.)?FULL"),
+    # timeouts with a finer id than their stall id come from phases.STALL_MESSAGES (below)
+    ("fr-disabled", "FlightRecorder is disabled", r"FlightRecorder is disabled"),
+    ("killed", "Killed", r"^Killed$|\bKilled\b.*(?:process|signal)|oom-kill|Out of memory: Killed"),
+    ("segfault", "egmentation", r"Segmentation fault|SIGSEGV"),
+    ("sigabrt", "abort", r"Aborted \(core dumped\)|SIGABRT|exit code: -6"),
+)
+_COMPILED: tuple[tuple[str, str, re.Pattern[str]], ...] = tuple(
+    (sid, needle, re.compile(rx)) for sid, needle, rx in _TABLE
+) + tuple((fine, needle, re.compile(rx)) for _stall, fine, needle, rx in STALL_MESSAGES if fine)
+SIGNAL_IDS: tuple[str, ...] = tuple(dict.fromkeys(sid for sid, _n, _r in _COMPILED))
+
+
+def match_signals(line: str) -> list[tuple[str, re.Match[str]]]:
+    """(id, match) of every signature that matches the line (usually none)."""
+    out: list[tuple[str, re.Match[str]]] = []
+    seen: set[str] = set()
+    for sid, needle, rx in _COMPILED:
+        if needle in line and sid not in seen:
+            m = rx.search(line)
+            if m:
+                out.append((sid, m))
+                seen.add(sid)
+    return out
+
+
+def signal_match(sid: str, line: str) -> re.Match[str] | None:
+    for s, _n, rx in _COMPILED:
+        if s == sid:
+            m = rx.search(line)
+            if m:
+                return m
+    return None
