@@ -89,6 +89,10 @@ class DoctorContext:
         return self.cached("nvml", lambda: nvml.snapshot(self.nvml_timeout, seam=self.nvml_seam,
                                                          environ=self.environ))
 
+    def has(self, key: str) -> bool:
+        with self._guard:
+            return key in self._cache
+
     def peek(self, key: str) -> Any:
         """A fact already read (e.g. the NVML snapshot), else ``None``; never reads it."""
         with self._guard:

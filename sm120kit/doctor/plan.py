@@ -1,0 +1,119 @@
+"""doctor's launch plan from its own flags (``--tp/--dcp/--max-model-len`` with or without a
+launch line) and the KV capacity a vLLM log shows (``--log FILE``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from sm120kit.doctor.launch import LaunchPlan, build_plan, find_model_config
+from sm120kit.errors import UserError
+from sm120kit.evidence.logs.versions import VersionScan
+from sm120kit.facts.kvcache import (
+    KvCapacity,
+    KvDensity,
+    KvLines,
+    UnsupportedModel,
+    capacity_from_lines,
+    density_from_config,
+    feed_kv_line,
+    load_config,
+)
+
+
+@dataclass(frozen=True)
+class PlanFlags:
+    tp: int | None = None
+    dcp: int | None = None
+    max_model_len: int | None = None
+    gpu_mem_gib: float | None = None
+
+    def any_plan_flag(self) -> bool:
+        return any(v is not None for v in (self.tp, self.dcp, self.max_model_len))
+
+
+def _check_sizes(flags: PlanFlags) -> None:
+    for name, val in (("--dcp", flags.dcp), ("--tp", flags.tp),
+                      ("--max-model-len", flags.max_model_len)):
+        if val is not None and val < 1:
+            raise UserError(f"{name} must be >= 1, got {val}")
+    if flags.gpu_mem_gib is not None and flags.gpu_mem_gib <= 0:
+        raise UserError(f"--gpu-mem-gib must be > 0, got {flags.gpu_mem_gib}")
+
+
+def make_plan(launch_argv: Sequence[str] | None, config_path: str | None, flags: PlanFlags,
+              env: Mapping[str, str]) -> LaunchPlan | None:
+    """The launch plan: argv and/or --config, then doctor's flags on top; flags alone make one."""
+    _check_sizes(flags)
+    plan = build_plan(launch_argv, config_path, env)
+    if plan is None:
+        if not flags.any_plan_flag():
+            return None
+        plan = LaunchPlan()
+        plan.notes.append("no launch line: plan built from doctor's flags")
+    if flags.tp is not None:
+        plan.tp = flags.tp
+        plan.given.add("tp")
+    if flags.dcp is not None:
+        plan.dcp = flags.dcp
+        plan.given.add("dcp")
+        if "tp" not in plan.given and plan.tp < flags.dcp:
+            plan.tp = flags.dcp
+            plan.notes.append(f"TP not given: assumed TP = DCP = {flags.dcp}")
+    if flags.max_model_len is not None:
+        plan.max_model_len = flags.max_model_len
+        plan.given.add("max_model_len")
+    return plan
+
+
+def read_log(path: str) -> tuple[KvLines, VersionScan]:
+    kv, scan = KvLines(), VersionScan()
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                feed_kv_line(kv, line)
+                scan.feed(line)
+    except OSError as exc:
+        raise UserError(f"cannot read log {path}: {exc.strerror or exc}",
+                        hint="pass a vLLM server log (stdout/stderr of `vllm serve`)") from None
+    return kv, scan
+
+
+def density_for(cfg: dict | None, kv_dtype: str | None, block: int | None,
+                mtp: int) -> KvDensity | None:
+    if cfg is None:
+        return None
+    try:
+        return density_from_config(cfg, kv_cache_dtype=kv_dtype, block_size=block,
+                                   mtp_tokens=mtp)
+    except UnsupportedModel:
+        return None
+
+
+def log_capacity(path: str, plan: LaunchPlan | None,
+                 env: Mapping[str, str]) -> KvCapacity | None:
+    """``kv_capacity`` of the launch a vLLM log records (None when it has no KV lines)."""
+    kv, scan = read_log(path)
+    conf = scan.config
+    cfg = plan.hf_config if plan is not None else None
+    if cfg is None:
+        found = find_model_config(conf.get("model"), env)
+        if found is not None:
+            try:
+                cfg = load_config(found)
+            except (OSError, ValueError):
+                cfg = None
+    want = plan.dcp if (plan is not None and "dcp" in plan.given) else conf.get("dcp")
+    dtype = (plan.kv_cache_dtype if plan is not None and "kv_cache_dtype" in plan.given
+             else conf.get("kv_cache_dtype"))
+    mtp = int(conf.get("mtp") or 0)
+    dens = density_for(cfg, dtype, plan.block_size if plan is not None else None, mtp)
+    return capacity_from_lines(kv, dens, int(want) if want is not None else None)
+
+
+def model_dir_of(source: str | None) -> Path | None:
+    if not source:
+        return None
+    p = Path(source)
+    return p.parent if p.name == "config.json" else None
