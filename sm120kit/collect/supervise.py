@@ -36,6 +36,13 @@ from pathlib import Path
 from typing import IO, Any
 
 from sm120kit.collect.bundle_writer import LOG_CAP, Bundle
+from sm120kit.collect.progress import (
+    LONG_PHASES,
+    PROGRESS,
+    ProgressSampler,
+    cache_dirs,
+    nvml_used_reader,
+)
 from sm120kit.collect.snapshot import (
     CollectContext,
     Options,
@@ -45,10 +52,11 @@ from sm120kit.collect.snapshot import (
     write_processes,
 )
 from sm120kit.evidence import flight
+from sm120kit.evidence.kv import capacity_from_launch
 from sm120kit.evidence.phases import PhaseTracker, stall_signal
 from sm120kit.evidence.procs import Proc, alive, describe, stop_tree, tree
 from sm120kit.evidence.redact import Redactor
-from sm120kit.evidence.stacks import faulthandler_site_dir
+from sm120kit.evidence.stacks import faulthandler_site_dir, py_spy_dump, signature
 
 READY_PHASES = ("api-server-ready",)
 _READY_RX = re.compile(r"Application startup complete")
@@ -64,6 +72,7 @@ _SRC_RX = (
     re.compile(r"^[\w.-]+:(?P<pid>\d+):\d+ \[\d+\] NCCL "),
 )
 SOURCE_CAP = 8 * 1024 * 1024
+SPIN_CORES = 0.2  # CPU use over the quiet window that makes it a spin rather than a block
 MAX_SOURCES = 128
 
 
@@ -88,6 +97,10 @@ class LaunchOptions:
     poll_s: float = 0.2
     log_tail_lines: int = 200
     doctor: bool = True
+    progress: bool = True              # sample the tree (births, compilers, IO, caches, GPU)
+    progress_interval_s: float = 1.0
+    patience: dict[str, float] = field(default_factory=dict)  # overrides of LONG_PHASES
+    status_every_s: float = 30.0       # live status line while the output is quiet
 
 
 @dataclass
@@ -106,6 +119,10 @@ class LaunchResult:
     added_env: dict[str, str] = field(default_factory=dict)
     watchdog: str | None = None
     self_cpu_s: float | None = None  # CPU time collect itself used (not its child)
+    progress: dict[str, Any] | None = None  # channels that moved last, sampler cost
+    detected_at: float | None = None  # unix time the stall/crash was decided
+    quiet_s: float | None = None  # how long every channel had been quiet at a stall
+    kv_capacity: dict[str, Any] | None = None  # at ready: KV numbers and effective DCP
 
     def to_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
@@ -212,6 +229,9 @@ def diagnostic_env(
         put("NCCL_DEBUG", "INFO")
         put("NCCL_DEBUG_FILE", str(bundle_root / "nccl" / "%h.%p.log"))
     put("PYTHONUNBUFFERED", "1")  # buffered output would look like silence
+    # NCCL >= 2.31: P2P write/read check of every GPU pair at communicator init, reported as
+    # 'NCCL DIAG' lines (informational; older NCCL ignores the variable)
+    put("NCCL_RUN_DIAGNOSTICS", "1")
     if site_dir is not None:
         fh = bundle_root / "faulthandler"
         fh.mkdir(exist_ok=True)
@@ -337,6 +357,15 @@ class LaunchSupervisor:
         self.source_files: dict[str, _CappedFile] = {}
         self._partial: dict[str, str] = {"stdout": "", "stderr": ""}
         self.detect_to_bundle_s: float | None = None
+        self.sampler: ProgressSampler | None = None
+        self.last_progress = time.monotonic()
+        self.echo_on = True  # off once we stop the child: its dying words go to the bundle only
+        self._spy: dict[int, tuple[tuple[str, str], ...]] = {}
+        self._spy_t = 0.0
+        self._spy_same = False
+        self._status_t = 0.0
+        self._activity: str | None = None
+        self.patience = {**LONG_PHASES, **opts.patience}
 
     # --- time base -----------------------------------------------------------------------
     def now(self) -> float:
@@ -351,7 +380,7 @@ class LaunchSupervisor:
                 break
             if not chunk:
                 break
-            if sink is not None:
+            if sink is not None and self.echo_on:
                 try:
                     sink.write(chunk)
                     sink.flush()
@@ -437,12 +466,101 @@ class LaunchSupervisor:
     def live_procs(self) -> list[Proc]:
         return [p for p in self.known.values() if alive(p)]
 
+    # --- progress beyond output -----------------------------------------------------------
+    def _progress(self, mono: float) -> None:
+        """One sample of the tree; progress resets the stall clock, CPU alone does not."""
+        assert self.sampler is not None
+        tick = self.sampler.sample()
+        with self.lock:
+            quiet = mono - max(self.last_activity, self.last_progress)
+            cur = self.tracker.current
+        if tick.moved & PROGRESS:
+            with self.lock:
+                self.last_progress = mono
+        elif "cpu" in tick.moved and tick.busy_python is not None:
+            self._frames(tick.busy_python, mono, quiet)
+        act = self.sampler.activity(cur)
+        quiet_out = mono - self.last_activity
+        if act != self._activity or (quiet_out >= self.opts.status_every_s
+                                     and mono - self._status_t >= self.opts.status_every_s):
+            self._activity, self._status_t = act, mono
+            if act is not None or quiet_out >= self.opts.status_every_s:
+                self.on_event(self.sampler.status(act, self.patience.get(act or "")))
+
+    def _frames(self, pid: int, mono: float, quiet: float) -> None:
+        """py-spy the busiest Python process when only CPU moves: new frames are progress,
+        the same frames twice are a spin (stays not-progress)."""
+        if quiet < self.opts.stall_timeout * 0.3 or mono - self._spy_t < max(
+                1.0, self.opts.stall_timeout / 5):
+            return
+        self._spy_t = mono
+        smp = py_spy_dump(pid, native=False, timeout=3.0, retry_plain=False)
+        if not smp.ok:
+            return
+        sig = tuple((n, f) for n, f, _ in signature(smp, depth=12))
+        prev = self._spy.get(pid)
+        self._spy[pid] = sig
+        if prev is not None and sig == prev:
+            self._spy_same = True
+        if prev is not None and sig != prev:
+            assert self.sampler is not None
+            self.sampler.mark("frames")
+            with self.lock:
+                self.last_progress = mono
+
+    def _limit(self) -> float:
+        """--stall-timeout, or the patience of the known-long phase the launch is in."""
+        if self.sampler is None:
+            return self.opts.stall_timeout
+        with self.lock:
+            cur = self.tracker.current
+        act = self.sampler.activity(cur)
+        return max(self.opts.stall_timeout, self.patience.get(act or "", 0.0))
+
+    def _quiet_verdict(self, silent: float, cur: str | None) -> tuple[str, str, str]:
+        if self.sampler is None:
+            return ("stalled", "silence", f"no output and no phase change for {silent:.0f}s "
+                    f"(phase {cur or 'unknown'})")
+        rep = self.sampler.report()
+        rate = self.sampler.cpu_rate(min(silent, 10.0))
+        if rate >= SPIN_CORES:
+            same = " with the same Python frames in two py-spy samples" if self._spy_same else ""
+            return ("stalled", "spin", f"spinning: CPU busy ({rate:.1f} cores){same} but no "
+                    "output, no process "
+                    f"births/exits, no IO, no cache growth for {silent:.0f}s (phase "
+                    f"{cur or 'unknown'}; an NCCL busy-wait looks like this)")
+        moved = rep["moved_last"]
+        return ("stalled", "silence", f"no output and no progress on any channel for "
+                f"{silent:.0f}s (phase {cur or 'unknown'}; last moved: {moved or 'nothing'})")
+
+    def progress_report(self) -> dict[str, Any] | None:
+        if self.sampler is None:
+            return None
+        rep = self.sampler.report()
+        rep["patience_s"] = dict(self.patience)
+        rep["activity"] = self._activity
+        return rep
+
+    def kv_capacity(self) -> dict[str, Any] | None:
+        """KV numbers the launch printed, with the effective DCP where the model config is local."""
+        with self.lock:
+            lines = [ln for dq in self.tails.values() for ln in dq]
+        cap = capacity_from_launch(lines, self.argv_user, self.env)
+        if cap is not None:
+            self.on_event(f"KV cache: {cap.tokens if cap.tokens is not None else '?'} tokens, "
+                          f"{cap.available_gib} GiB; DCP engaged: {cap.engaged}"
+                          + (f" ({cap.note})" if cap.note else ""))
+        return cap.to_dict() if cap is not None else None
+
     # --- lifecycle -----------------------------------------------------------------------
     def start(self) -> None:
         self.proc = subprocess.Popen(
             self.argv, env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, start_new_session=True, close_fds=True,
         )
+        if self.opts.progress:
+            self.sampler = ProgressSampler(self.proc.pid, cache_dirs(self.env),
+                                           nvml_used_reader())
         root = describe_quiet(self.proc.pid)
         if root is not None:
             self.known[root.pid] = root
@@ -463,6 +581,7 @@ class LaunchSupervisor:
         """Stop our child tree (SIGINT → SIGTERM → SIGKILL) and reap the child."""
         if self.proc is None:
             return []
+        self.echo_on = False
         try:
             self._scan_tree()
         except Exception:
@@ -511,6 +630,9 @@ class LaunchSupervisor:
 
     def _bundle(self, reason: str, kind: str, *, live: bool = True) -> tuple[Path, Result | None]:
         t_detect = time.monotonic()
+        prog = self.progress_report()
+        if prog is not None:
+            self.bundle.write_json("progress.json", prog)
         ctx = self._context(reason, kind)
         opts = self._options()
         procs = self.live_procs() if live else []
@@ -547,18 +669,21 @@ class LaunchSupervisor:
         o = self.opts
         self.start()
         assert self.proc is not None
-        self.on_event(f"started pid {self.proc.pid}; bundle dir {self.bundle.root}")
+        self.on_event(f"started pid {self.proc.pid}; a bundle is written under {self.opts.out_dir} "
+                      "only if something goes wrong")
         if self.watchdog_note:
             self.on_event(self.watchdog_note)
-        last_scan = 0.0
+        last_scan = last_tick = 0.0
         outcome, reason, kind = "exited", "", ""
         grace_until: float | None = None
         bundle_path: Path | None = None
         res: Result | None = None
         steps: list[dict[str, Any]] = []
         child_rc: int | None = None
+        detected: float | None = None
         frozen: list[dict[str, Any]] | None = None
         frozen_cur: str | None = None
+        quiet_s: float | None = None
         try:
             try:
                 while True:
@@ -584,12 +709,15 @@ class LaunchSupervisor:
                         except Exception:
                             pass
                         last_scan = mono
+                    if self.sampler is not None and mono - last_tick >= o.progress_interval_s:
+                        last_tick = mono
+                        self._progress(mono)
                     if o.until_ready and self.ready:
                         outcome, reason = "ready", "the server is ready"
                         break
                     with self.lock:
                         sig = self.signal_hit
-                        silent = mono - self.last_activity
+                        silent = mono - max(self.last_activity, self.last_progress)
                         cur = self.tracker.current
                     if sig is not None:
                         outcome = "crashed" if sig[0] in DEATH_SIGNALS else "stalled"
@@ -605,15 +733,16 @@ class LaunchSupervisor:
                             reason = (f"{d['label']} (pid {d['pid']}) died while the command "
                                       "kept running")
                             break
-                    if silent > o.stall_timeout:
-                        outcome, kind = "stalled", "silence"
-                        reason = (f"no output and no phase change for {silent:.0f}s "
-                                  f"(phase {cur or 'unknown'})")
+                    limit = self._limit()
+                    if silent > limit:
+                        outcome, kind, reason = self._quiet_verdict(silent, cur)
+                        quiet_s = round(silent, 2)
                         break
                     time.sleep(o.poll_s)
             except KeyboardInterrupt:
                 outcome, kind = "interrupted", "interrupt"
                 reason = "interrupted by the user (Ctrl-C)"
+            detected = time.time()
             with self.lock:
                 frozen = [{"phase": ph, "t": round(t, 3), "stream": s}
                           for ph, t, s in self.tracker.timeline]
@@ -664,12 +793,15 @@ class LaunchSupervisor:
         else:
             code = 1
         d2b = self.detect_to_bundle_s if bundle_path is not None else None
+        kv = self.kv_capacity() if outcome in ("ready", "exited", "crashed", "stalled") else None
         return LaunchResult(
             exit_code=int(code), outcome=outcome, reason=reason, bundle=bundle_path, timeline=tl,
             current_phase=cur, child_exit_code=child_rc, seconds=round(self.now(), 3),
             detect_to_bundle_s=d2b, stop_steps=steps, verdict=res.verdict if res else [],
             added_env=self.redactor.env(self.added), watchdog=self.watchdog_note,
-            self_cpu_s=_self_cpu(),
+            self_cpu_s=_self_cpu(), progress=self.progress_report(),
+            kv_capacity=kv, quiet_s=quiet_s,
+            detected_at=detected if outcome in ("stalled", "crashed") else None,
         )
 
 

@@ -7,19 +7,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from sm120kit.doctor.launch import LaunchPlan, build_plan, find_model_config
+from sm120kit.doctor.launch import LaunchPlan, build_plan
 from sm120kit.errors import UserError
-from sm120kit.evidence.logs.versions import VersionScan
-from sm120kit.facts.kvcache import (
-    KvCapacity,
-    KvDensity,
-    KvLines,
-    UnsupportedModel,
-    capacity_from_lines,
-    density_from_config,
-    feed_kv_line,
-    load_config,
-)
+from sm120kit.evidence.kv import capacity, scan_lines
+from sm120kit.facts.kvcache import KvCapacity
 
 
 @dataclass(frozen=True)
@@ -67,49 +58,26 @@ def make_plan(launch_argv: Sequence[str] | None, config_path: str | None, flags:
     return plan
 
 
-def read_log(path: str) -> tuple[KvLines, VersionScan]:
-    kv, scan = KvLines(), VersionScan()
+def read_log(path: str) -> list[str]:
     try:
         with open(path, encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                feed_kv_line(kv, line)
-                scan.feed(line)
+            return fh.readlines()
     except OSError as exc:
         raise UserError(f"cannot read log {path}: {exc.strerror or exc}",
                         hint="pass a vLLM server log (stdout/stderr of `vllm serve`)") from None
-    return kv, scan
-
-
-def density_for(cfg: dict | None, kv_dtype: str | None, block: int | None,
-                mtp: int) -> KvDensity | None:
-    if cfg is None:
-        return None
-    try:
-        return density_from_config(cfg, kv_cache_dtype=kv_dtype, block_size=block,
-                                   mtp_tokens=mtp)
-    except UnsupportedModel:
-        return None
 
 
 def log_capacity(path: str, plan: LaunchPlan | None,
                  env: Mapping[str, str]) -> KvCapacity | None:
-    """``kv_capacity`` of the launch a vLLM log records (None when it has no KV lines)."""
-    kv, scan = read_log(path)
-    conf = scan.config
-    cfg = plan.hf_config if plan is not None else None
-    if cfg is None:
-        found = find_model_config(conf.get("model"), env)
-        if found is not None:
-            try:
-                cfg = load_config(found)
-            except (OSError, ValueError):
-                cfg = None
-    want = plan.dcp if (plan is not None and "dcp" in plan.given) else conf.get("dcp")
-    dtype = (plan.kv_cache_dtype if plan is not None and "kv_cache_dtype" in plan.given
-             else conf.get("kv_cache_dtype"))
-    mtp = int(conf.get("mtp") or 0)
-    dens = density_for(cfg, dtype, plan.block_size if plan is not None else None, mtp)
-    return capacity_from_lines(kv, dens, int(want) if want is not None else None)
+    """``kv_capacity`` of the launch a vLLM log records (None when it has no KV lines); doctor's
+    own flags / launch line win over what the log says."""
+    kv, scan = scan_lines(read_log(path))
+    given = plan.given if plan is not None else set()
+    return capacity(
+        kv, scan.config, env, cfg=plan.hf_config if plan is not None else None,
+        requested_dcp=plan.dcp if plan is not None and "dcp" in given else None,
+        kv_dtype=plan.kv_cache_dtype if plan is not None and "kv_cache_dtype" in given else None,
+        block=plan.block_size if plan is not None else None)
 
 
 def model_dir_of(source: str | None) -> Path | None:
