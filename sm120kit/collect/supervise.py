@@ -44,11 +44,13 @@ from sm120kit.collect.snapshot import (
     snapshot,
     write_processes,
 )
+from sm120kit.errors import UserError
 from sm120kit.evidence import flight
 from sm120kit.evidence.phases import PhaseTracker, stall_signal
 from sm120kit.evidence.procs import Proc, alive, describe, stop_tree, tree
 from sm120kit.evidence.redact import Redactor
 from sm120kit.evidence.stacks import faulthandler_site_dir
+from sm120kit.facts.serve_args import ServeArgs, parse_serve_args
 
 READY_PHASES = ("api-server-ready",)
 _READY_RX = re.compile(r"Application startup complete")
@@ -171,6 +173,15 @@ def vllm_supports_watchdog(argv0: str) -> tuple[bool | None, str]:
     return None, "vllm/engine/arg_utils.py not found"
 
 
+def serve_args_of(argv: list[str]) -> ServeArgs:
+    """The launch line as :mod:`sm120kit.facts.serve_args` reads it; a value vLLM would reject
+    leaves the defaults with a note (collect never refuses to run a launch)."""
+    try:
+        return parse_serve_args(argv)
+    except UserError as exc:
+        return ServeArgs(argv=list(argv), notes=[f"launch line not fully read: {exc.message}"])
+
+
 def is_vllm_serve(argv: list[str]) -> bool:
     if not argv:
         return False
@@ -222,7 +233,7 @@ def diagnostic_env(
     note = None
     argv = list(argv)
     if is_vllm_serve(argv):
-        if any(a == "--watchdog-config" or a.startswith("--watchdog-config=") for a in argv):
+        if "watchdog_config" in serve_args_of(argv).given:
             note = "--watchdog-config given by the user: kept"
         else:
             ok, where = vllm_supports_watchdog(argv[0])
@@ -321,6 +332,11 @@ class LaunchSupervisor:
             self.env, self.added, self.argv, self.watchdog_note = base_env, {}, self.argv_user, None
         self.redactor.learn_env(self.env)
         self.redactor.learn_argv(self.argv)
+        if is_vllm_serve(self.argv_user):
+            sa = serve_args_of(self.argv_user)
+            self.bundle.meta["serve_args"] = sa.shape()
+            if sa.notes:
+                self.bundle.meta["serve_args_notes"] = list(sa.notes)
         self.tracker = PhaseTracker()
         self._stall_signal = stall_signal
         self.lock = threading.Lock()

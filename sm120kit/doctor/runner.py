@@ -111,14 +111,7 @@ def run_doctor(
     if tp_planned is not None and tp_planned < 1:
         raise UserError(f"--tp must be >= 1, got {tp_planned}")
     if plan is not None:
-        if tp_planned is not None:
-            plan.tp = tp_planned
-            plan.given.add("tp")
-        if dcp_planned is not None:
-            plan.dcp = dcp_planned
-            if "tp" not in plan.given and plan.tp < dcp_planned:
-                plan.tp = dcp_planned
-                plan.notes.append(f"TP not given: assumed TP = DCP = {dcp_planned}")
+        plan.serve = plan.serve.override(dcp=dcp_planned, tp=tp_planned)
     ctx = DoctorContext(root=root, environ=env, paths=paths, launch=plan, dcp_planned=dcp_planned,
                   series_root=series_root, nvml_seam=nvml_seam, nvml_timeout=nvml_timeout)
     chosen = select(all_checks(), tiers=tiers, launch=plan is not None, layout=layout, only=only)
@@ -128,7 +121,7 @@ def run_doctor(
         ctx.nvml()
     results = [run_one(c, ctx, timeout) for c in chosen]
     opts = {"launch_argv": launch_argv, "config_path": config_path, "dcp_planned": ctx.dcp,
-            "tp_planned": plan.tp if plan is not None else tp_planned,
+            "tp_planned": plan.serve.tp if plan is not None else tp_planned,
             "layout": layout, "only": list(only) if only else None, "root": root}
     return DoctorReport(checks=results, tiers=sorted(set(tiers)), options=opts,
                         duration_s=time.perf_counter() - t0)
