@@ -1,0 +1,134 @@
+"""A small OpenAI-compatible HTTP server for validate's tests (a real process on 127.0.0.1).
+
+It serves :class:`tiny_model.TinyModel` (the project's reference DCP math; no SM120 GPU here) with
+vLLM's endpoint shapes: ``GET /v1/models`` (with ``max_model_len``), ``POST /tokenize``
+(``count``, ``tokens``, ``max_model_len``), ``POST /v1/completions`` (greedy, legacy ``logprobs``
+with ``tokens``/``token_logprobs``/``top_logprobs``) and ``GET /metrics``. Failure modes for the
+error-path tests: ``--no-logprobs``, ``--not-json``, ``--delay``.
+
+Prints ``PORT <n>`` on stdout once listening (``--port 0`` picks a free port).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import torch  # noqa: E402
+from tiny_model import TinyModel, encode, token_str  # noqa: E402
+
+
+def make_handler(model: TinyModel, args: argparse.Namespace) -> type[BaseHTTPRequestHandler]:
+    name = args.model_name
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *a: Any) -> None:
+            pass
+
+        mode = ""
+
+        def _route(self) -> str:
+            for m in ("nologprobs", "notjson", "slow"):
+                if self.path.startswith(f"/{m}/"):
+                    self.mode = m
+                    return self.path[len(m) + 1:]
+            return self.path
+
+        def _send(self, code: int, body: Any, ctype: str = "application/json") -> None:
+            data = body if isinstance(body, bytes) else json.dumps(body).encode()
+            if self.mode == "notjson":
+                data, ctype = b"<html><body>502 Bad Gateway</body></html>", "text/html"
+            self.send_response(code)
+            self.send_header("content-type", ctype)
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _body(self) -> dict[str, Any]:
+            n = int(self.headers.get("content-length") or 0)
+            return json.loads(self.rfile.read(n) or b"{}")
+
+        def do_GET(self) -> None:
+            path = self._route()
+            if self.mode == "slow":
+                time.sleep(5)
+            if path == "/v1/models":
+                self._send(200, {"object": "list", "data": [
+                    {"id": name, "object": "model", "max_model_len": args.max_model_len}]})
+            elif path == "/metrics":
+                text = (f'vllm:cache_config_info{{block_size="64",num_gpu_blocks="{args.blocks}"}}'
+                        " 1.0\n")
+                self._send(200, text.encode(), "text/plain")
+            else:
+                self._send(404, {"error": "not found"})
+
+        def do_POST(self) -> None:
+            path = self._route()
+            if self.mode == "slow":
+                time.sleep(5)
+            req = self._body()
+            if path == "/tokenize":
+                toks = encode(req.get("prompt", ""))
+                self._send(200, {"count": len(toks), "max_model_len": args.max_model_len,
+                                 "tokens": toks})
+            elif path == "/v1/completions":
+                self._complete(req)
+            else:
+                self._send(404, {"error": "not found"})
+
+        def _complete(self, req: dict[str, Any]) -> None:
+            toks = encode(req["prompt"])
+            n = int(req.get("max_tokens") or 16)
+            if len(toks) + n > args.max_model_len:
+                self._send(400, {"error": {"message": "prompt too long"}})
+                return
+            k = int(req.get("logprobs") or 0)
+            steps = model.generate(toks, n, max(k, 1))
+            text = "".join(token_str(t) for t, _, _ in steps)
+            lp = None
+            if req.get("logprobs") is not None and self.mode != "nologprobs":
+                lp = {"tokens": [token_str(t) for t, _, _ in steps],
+                      "token_logprobs": [v for _, v, _ in steps],
+                      "top_logprobs": [{token_str(i): v for i, v in top.items()}
+                                       for _, _, top in steps],
+                      "text_offset": list(range(len(steps)))}
+            self._send(200, {"id": "cmpl-0", "object": "text_completion", "model": name,
+                             "choices": [{"index": 0, "text": text, "logprobs": lp,
+                                          "finish_reason": "length"}]})
+
+    return Handler
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--dcp", type=int, default=1)
+    ap.add_argument("--store-interleave", type=int, default=64)
+    ap.add_argument("--read-interleave", type=int, default=64)
+    ap.add_argument("--merge-base", choices=("2", "e"), default="2")
+    ap.add_argument("--max-model-len", type=int, default=2048)
+    ap.add_argument("--model-name", default="tiny-induction")
+    ap.add_argument("--blocks", type=int, default=1000)
+    args = ap.parse_args()
+    torch.set_num_threads(1)  # tiny tensors: threads only contend on a shared CI box
+    model = TinyModel(dcp=args.dcp, store_interleave=args.store_interleave,
+                      read_interleave=args.read_interleave, merge_base=args.merge_base)
+    srv = ThreadingHTTPServer(("127.0.0.1", args.port), make_handler(model, args))
+    print(f"PORT {srv.server_address[1]}", flush=True)
+    try:
+        srv.serve_forever()
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()
