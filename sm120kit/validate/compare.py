@@ -63,9 +63,10 @@ def judge_diff(d: Diff, th: Thresholds) -> tuple[Verdict, list[str]]:
     warns: list[str] = []
     if d.mean_abs is not None and d.max_abs is not None:
         stats = f"mean|Δ| {d.mean_abs:.3f}, max|Δ| {d.max_abs:.3f} nats at token {d.max_at}"
-        if d.mean_abs > th.fail_mean or d.max_abs > th.fail_max:
+        mean = d.mean_abs if d.compared >= th.mean_min_positions else 0.0
+        if mean > th.fail_mean or d.max_abs > th.fail_max:
             fails.append(f"logprobs off: {stats}")
-        elif d.mean_abs > th.pass_mean or d.max_abs > th.pass_max:
+        elif mean > th.pass_mean or d.max_abs > th.pass_max:
             warns.append(f"logprobs drift: {stats}")
     if d.first_divergence is not None:
         m = "unknown" if d.margin is None else f"{'≥ ' if d.margin_is_bound else ''}{d.margin:.2f}"

@@ -48,6 +48,7 @@ class Thresholds:
     tenths to whole nats on average and make greedy text leave the reference where the reference
     was sure (a large top-1/top-2 margin), which rounding cannot do. A greedy flip where the
     reference's top two tokens were within ``tie_margin`` is a near-tie and counted as noise.
+    The mean is judged over ``mean_min_positions`` compared tokens or more, the max always.
     """
 
     pass_mean: float = 0.02
@@ -56,10 +57,12 @@ class Thresholds:
     fail_max: float = 1.0
     tie_margin: float = 0.5
     sure_margin: float = 2.0
+    mean_min_positions: int = 8  # a mean over fewer compared tokens is not judged
 
     def describe(self) -> str:
         return (
-            f"pass: mean|Δ| ≤ {self.pass_mean:g} and max|Δ| ≤ {self.pass_max:g} nats, no greedy "
+            f"pass: mean|Δ| ≤ {self.pass_mean:g} (over ≥ {self.mean_min_positions} tokens) and "
+            f"max|Δ| ≤ {self.pass_max:g} nats, no greedy "
             f"divergence unless the reference's top-2 margin < {self.tie_margin:g}; fail: mean|Δ| > "
             f"{self.fail_mean:g} or max|Δ| > {self.fail_max:g}, a divergence where the reference was "
             f"sure (margin ≥ {self.sure_margin:g}), or a needle the reference finds and DCP misses; "

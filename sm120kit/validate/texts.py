@@ -57,7 +57,7 @@ def fit_units(count: Counter, budget: int, make: Callable[[int], str]) -> str:
         c = count(text)
         if c <= budget:
             lo, lo_text = n, text
-            if budget - c < per_unit * 2:
+            if budget - c < per_unit:
                 break
             n += max(1, int((budget - c) / per_unit) - 1)
         else:
