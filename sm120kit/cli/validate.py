@@ -6,6 +6,7 @@ systematic error, or unusable input / an unreachable server.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -39,32 +40,54 @@ def _ints(value: str | None, name: str) -> list[int] | None:
 @click.option("--max-tokens", default=32, show_default=True, help="Tokens generated per prompt.")
 @click.option("--top-logprobs", default=5, show_default=True, help="Top-k logprobs per token.")
 @click.option("--timeout", default=600.0, show_default=True, help="Seconds per HTTP request.")
+@click.option("-o", "--out", "out_dir", type=click.Path(path_type=Path, file_okay=False),
+              default=Path("."), show_default=True,
+              help="Launch mode: where a bundle goes when a server crashes or hangs.")
+@click.option("--ready-timeout", default=1800.0, show_default=True,
+              help="Launch mode: seconds a server may take to become ready.")
+@click.option("--stall-timeout", default=300.0, show_default=True,
+              help="Launch mode: seconds of server silence that count as a hang.")
 @click.option("--json", "as_json", is_flag=True, help="Emit the result as JSON.")
 @click.option("--markdown", is_flag=True, help="Render a ticket comment in Markdown.")
 @click.argument("launch", nargs=-1, type=click.UNPROCESSED)
 def validate_cmd(url: str | None, reference_url: str | None, model: str | None, dcp: int | None,
                  interleave: int | None, block_size: int | None, lengths: str | None,
                  prompt_lengths: str | None, max_tokens: int, top_logprobs: int, timeout: float,
+                 out_dir: Path, ready_timeout: float, stall_timeout: float,
                  as_json: bool, markdown: bool, launch: tuple[str, ...]) -> int:
     """Prove DCP computes what DCP 1 computes: greedy logprobs and needles on every rank.
 
     Against running servers: `sm120kit validate --url http://HOST:PORT --reference-url
-    http://HOST:PORT2 --dcp 4 --interleave 64`. Exit 0 pass, 1 suspicious, 2 fail or bad input.
+    http://HOST:PORT2 --dcp 4 --interleave 64`. Or launch it: `sm120kit validate -- vllm serve
+    MODEL --decode-context-parallel-size 4 ...` (under collect's supervisor; the reference is the
+    same line relaunched with DCP 1 unless --reference-url is given). Exit 0 pass, 1 suspicious,
+    2 fail or bad input.
     """
+    from sm120kit.validate.launch import LaunchSettings, validate_launch
     from sm120kit.validate.run import ValidateOptions, validate
 
-    if launch:
-        raise UserError("validate -- vllm serve ... (launch mode) is not available yet",
-                        hint="start the servers yourself and pass --url / --reference-url")
-    if not url:
-        raise UserError("no server to validate", hint="pass --url http://HOST:PORT")
+    argv = [a for a in launch]
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    if argv and url:
+        raise UserError("give either --url or a launch line after --, not both")
+    if argv and argv[0].startswith("-"):
+        raise UserError(f"unknown option {argv[0]}", hint="a launch line goes after --")
+    if not url and not argv:
+        raise UserError("no server to validate",
+                        hint="pass --url http://HOST:PORT, or a launch line: -- vllm serve ...")
     opts = ValidateOptions(
-        url=url, reference_url=reference_url, model=model, dcp=dcp, interleave=interleave,
+        url=url or "", reference_url=reference_url, model=model, dcp=dcp, interleave=interleave,
         block_size=block_size, lengths=_ints(lengths, "--lengths"),
         prompt_lengths=_ints(prompt_lengths, "--prompt-lengths"), max_tokens=max_tokens,
         top_logprobs=top_logprobs, timeout=timeout)
     progress = None if (as_json or markdown) else _progress()
-    res = validate(opts, progress=progress)
+    if argv:
+        settings = LaunchSettings(out_dir=out_dir, ready_timeout=ready_timeout,
+                                  stall_timeout=stall_timeout)
+        res = validate_launch(argv, opts, settings, progress=progress)
+    else:
+        res = validate(opts, progress=progress)
     render(res, as_json=as_json, markdown=markdown)
     return res.exit_code
 

@@ -16,7 +16,9 @@ from sm120kit.validate.compare import diff, judge_diff
 from sm120kit.validate.kv import kv_capacity
 from sm120kit.validate.model import (
     Check,
+    CheckKind,
     DcpLayout,
+    KvCapacity,
     ServerFacts,
     Thresholds,
     ValidateResult,
@@ -50,7 +52,7 @@ class ValidateOptions:
 Progress = Callable[[str], None]
 
 
-def _layout(opts: ValidateOptions, notes: list[str]) -> DcpLayout:
+def dcp_layout(opts: ValidateOptions, notes: list[str]) -> DcpLayout:
     dcp = opts.dcp or 1
     inter = opts.interleave or 1
     bs = opts.block_size or 64
@@ -136,7 +138,7 @@ def _judge_needle(chk: Check, probe: Probe) -> None:
                            f"{probe.placement.ranks[0]} (tokenizer drift)")
 
 
-def _facts(client: ServerClient) -> ServerFacts:
+def server_facts(client: ServerClient) -> ServerFacts:
     model, mml = client.models()
     return ServerFacts(url=client.url, model=model, max_model_len=mml)
 
@@ -152,28 +154,78 @@ def _summary(checks: list[Check], verdict: Verdict, has_ref: bool) -> str:
             f"first: {first.name}: {why}")
 
 
-def validate(opts: ValidateOptions, progress: Progress | None = None) -> ValidateResult:
-    say = progress or (lambda _m: None)
-    notes: list[str] = []
-    with ServerClient(opts.url, label="server", timeout=opts.timeout, model=opts.model) as dcp:
-        server = _facts(dcp)
-        layout = _layout(opts, notes)
-        ref_client = None
-        reference = None
-        if opts.reference_url:
-            ref_client = ServerClient(opts.reference_url, label="reference", timeout=opts.timeout,
-                                      model=opts.model or server.model)
-            reference = _facts(ref_client)
-        else:
-            notes.append("no reference server (--reference-url): logprobs are not compared and "
-                          "only needle retrieval is judged")
-        try:
-            checks = _run_checks(opts, dcp, ref_client, server, layout, say)
-        finally:
-            if ref_client is not None:
-                ref_client.close()
-        metrics = dcp.metrics() if layout.dcp > 1 and not opts.log_text else None
-    kv = kv_capacity(opts.log_text, metrics)
+@dataclass
+class Planned:
+    """One prompt to send to both servers (a needle probe when ``probe`` is set)."""
+
+    name: str
+    kind: CheckKind
+    prompt: str
+    tokens: int
+    max_tokens: int
+    probe: Probe | None = None
+    skipped: str | None = None  # why this check could not be built
+
+
+def plan(opts: ValidateOptions, dcp: ServerClient, server: ServerFacts, layout: DcpLayout,
+         with_reference: bool) -> list[Planned]:
+    """The prompts, sized with the DCP server's tokenizer (the reference runs the same model)."""
+    count = _counter(dcp)
+    mml = server.max_model_len
+    out: list[Planned] = []
+    if with_reference:
+        plens = _prompt_lengths(opts, mml) if mml else (opts.prompt_lengths or [256])
+        _check_lengths(plens, mml, opts.max_tokens)
+        for n in plens:
+            for i, kind in enumerate(PROMPT_KINDS):
+                prompt = reference_prompt(kind, opts.seed + i, count, n)
+                out.append(Planned(f"{kind}@{n}", "prompt", prompt, count(prompt), opts.max_tokens))
+    lengths = _needle_lengths(opts, mml)
+    _check_lengths(lengths, mml, opts.answer_tokens)
+    for n in lengths:
+        for rank in range(layout.dcp):
+            probe = build_probe(count, layout, n, rank, opts.seed + rank, opts.answer_tokens)
+            if isinstance(probe, str):
+                out.append(Planned(f"needle@{n} rank {rank}", "needle", "", n, 0, skipped=probe))
+            else:
+                out.append(Planned(probe.name, "needle", probe.prompt, probe.tokens,
+                                   opts.answer_tokens, probe=probe))
+    return out
+
+
+def answers(client: ServerClient, planned: list[Planned], opts: ValidateOptions,
+            say: Progress) -> list[Completion | None]:
+    """Greedy completions of every planned prompt on one server (None for a skipped check)."""
+    out: list[Completion | None] = []
+    for p in planned:
+        if p.skipped:
+            out.append(None)
+            continue
+        say(f"{client.label}: {p.name}")
+        out.append(client.complete(p.prompt, max_tokens=p.max_tokens,
+                                   top_logprobs=opts.top_logprobs))
+    return out
+
+
+def judge(planned: list[Planned], mine: list[Completion | None],
+          theirs: list[Completion | None] | None, th: Thresholds) -> list[Check]:
+    checks = []
+    for i, p in enumerate(planned):
+        got = mine[i]
+        if p.skipped or got is None:
+            checks.append(Check(name=p.name, kind=p.kind, context_tokens=p.tokens,
+                                verdict=Verdict.SUSPICIOUS, reasons=[p.skipped or "no answer"]))
+            continue
+        chk = _compare(p.name, p.kind, p.tokens, got, None if theirs is None else theirs[i], th)
+        if p.probe is not None:
+            _judge_needle(chk, p.probe)
+        checks.append(chk)
+    return checks
+
+
+def result(server: ServerFacts, reference: ServerFacts | None, layout: DcpLayout,
+           opts: ValidateOptions, checks: list[Check], notes: list[str],
+           kv: KvCapacity | None) -> ValidateResult:
     verdict = worst([c.verdict for c in checks])
     if reference is None and verdict is Verdict.PASS:
         verdict = Verdict.SUSPICIOUS
@@ -184,40 +236,31 @@ def validate(opts: ValidateOptions, progress: Progress | None = None) -> Validat
                           kv_capacity=kv, notes=notes)
 
 
-def _run_checks(opts: ValidateOptions, dcp: ServerClient, ref: ServerClient | None,
-                server: ServerFacts, layout: DcpLayout, say: Progress) -> list[Check]:
-    count = _counter(dcp)
-    mml = server.max_model_len
-    checks: list[Check] = []
-    if ref is not None:
-        plens = _prompt_lengths(opts, mml) if mml else (opts.prompt_lengths or [256])
-        _check_lengths(plens, mml, opts.max_tokens)
-        for n in plens:
-            for i, kind in enumerate(PROMPT_KINDS):
-                prompt = reference_prompt(kind, opts.seed + i, count, n)
-                say(f"prompt {kind}@{n}")
-                mine = dcp.complete(prompt, max_tokens=opts.max_tokens,
-                                    top_logprobs=opts.top_logprobs)
-                theirs = ref.complete(prompt, max_tokens=opts.max_tokens,
-                                      top_logprobs=opts.top_logprobs)
-                checks.append(_compare(f"{kind}@{n}", "prompt", count(prompt), mine, theirs,
-                                       opts.thresholds))
-    lengths = _needle_lengths(opts, mml)
-    _check_lengths(lengths, mml, opts.answer_tokens)
-    for n in lengths:
-        for rank in range(layout.dcp):
-            probe = build_probe(count, layout, n, rank, opts.seed + rank, opts.answer_tokens)
-            if isinstance(probe, str):
-                checks.append(Check(name=f"needle@{n} rank {rank}", kind="needle",
-                                    context_tokens=n, verdict=Verdict.SUSPICIOUS,
-                                    reasons=[probe]))
-                continue
-            say(probe.name)
-            got = dcp.complete(probe.prompt, max_tokens=opts.answer_tokens,
-                               top_logprobs=opts.top_logprobs)
-            want = None if ref is None else ref.complete(
-                probe.prompt, max_tokens=opts.answer_tokens, top_logprobs=opts.top_logprobs)
-            chk = _compare(probe.name, "needle", probe.tokens, got, want, opts.thresholds)
-            _judge_needle(chk, probe)
-            checks.append(chk)
-    return checks
+def validate(opts: ValidateOptions, progress: Progress | None = None) -> ValidateResult:
+    """Both servers already running (``opts.url`` and, optionally, ``opts.reference_url``)."""
+    say = progress or (lambda _m: None)
+    notes: list[str] = []
+    with ServerClient(opts.url, label="server", timeout=opts.timeout, model=opts.model) as dcp:
+        server = server_facts(dcp)
+        layout = dcp_layout(opts, notes)
+        reference = None
+        ref_client = None
+        if opts.reference_url:
+            ref_client = ServerClient(opts.reference_url, label="reference", timeout=opts.timeout,
+                                      model=opts.model or server.model)
+        else:
+            notes.append("no reference server (--reference-url): logprobs are not compared and "
+                          "only needle retrieval is judged")
+        try:
+            if ref_client is not None:
+                reference = server_facts(ref_client)
+            planned = plan(opts, dcp, server, layout, ref_client is not None)
+            mine = answers(dcp, planned, opts, say)
+            theirs = None if ref_client is None else answers(ref_client, planned, opts, say)
+        finally:
+            if ref_client is not None:
+                ref_client.close()
+        metrics = dcp.metrics() if layout.dcp > 1 and not opts.log_text else None
+    kv = kv_capacity(opts.log_text, metrics)
+    return result(server, reference, layout, opts, judge(planned, mine, theirs, opts.thresholds),
+                  notes, kv)

@@ -19,9 +19,9 @@ SERVER = Path(__file__).with_name("fake_server.py")
 
 CONFIGS = {
     "reference": ["--dcp", "1"],
-    "correct": ["--dcp", "4", "--store-interleave", "64", "--read-interleave", "64"],
-    "lse_base_e": ["--dcp", "4", "--merge-base", "e"],
-    "interleave_1": ["--dcp", "4", "--store-interleave", "64", "--read-interleave", "1"],
+    "correct": ["--dcp", "4", "--cp-kv-cache-interleave-size", "64"],
+    "lse_base_e": ["--dcp", "4", "--cp-kv-cache-interleave-size", "64", "--merge-base", "e"],
+    "interleave_1": ["--dcp", "4", "--cp-kv-cache-interleave-size", "64", "--read-interleave", "1"],
 }
 
 

@@ -27,6 +27,7 @@ from tiny_model import TinyModel, encode, token_str  # noqa: E402
 
 def make_handler(model: TinyModel, args: argparse.Namespace) -> type[BaseHTTPRequestHandler]:
     name = args.model_name
+    served = [0]
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -81,6 +82,9 @@ def make_handler(model: TinyModel, args: argparse.Namespace) -> type[BaseHTTPReq
                 self._send(200, {"count": len(toks), "max_model_len": args.max_model_len,
                                  "tokens": toks})
             elif path == "/v1/completions":
+                served[0] += 1
+                if args.hang_after and served[0] > args.hang_after:
+                    time.sleep(3600)  # a wedged engine: the request never returns
                 self._complete(req)
             else:
                 self._send(404, {"error": "not found"})
@@ -110,19 +114,34 @@ def make_handler(model: TinyModel, args: argparse.Namespace) -> type[BaseHTTPReq
 
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("model", nargs="?", default="tiny-induction")
+    ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=0)
-    ap.add_argument("--dcp", type=int, default=1)
-    ap.add_argument("--store-interleave", type=int, default=64)
-    ap.add_argument("--read-interleave", type=int, default=64)
+    # the vLLM options validate reads from a launch line, with the fake's meaning
+    ap.add_argument("--dcp", "--decode-context-parallel-size", dest="dcp", type=int, default=1)
+    ap.add_argument("--cp-kv-cache-interleave-size", dest="interleave", type=int, default=None)
+    ap.add_argument("--block-size", type=int, default=64)
+    # fake-only: how KV is written and read, the merge base, and a hang for the bundle test
+    ap.add_argument("--store-interleave", type=int, default=None)
+    ap.add_argument("--read-interleave", type=int, default=None)
     ap.add_argument("--merge-base", choices=("2", "e"), default="2")
+    ap.add_argument("--hang-after", type=int, default=0, help="stop answering after N requests")
     ap.add_argument("--max-model-len", type=int, default=2048)
-    ap.add_argument("--model-name", default="tiny-induction")
     ap.add_argument("--blocks", type=int, default=1000)
     args = ap.parse_args()
+    args.model_name = args.model
     torch.set_num_threads(1)  # tiny tensors: threads only contend on a shared CI box
-    model = TinyModel(dcp=args.dcp, store_interleave=args.store_interleave,
-                      read_interleave=args.read_interleave, merge_base=args.merge_base)
-    srv = ThreadingHTTPServer(("127.0.0.1", args.port), make_handler(model, args))
+    inter = args.interleave or 64
+    model = TinyModel(dcp=args.dcp, store_interleave=args.store_interleave or inter,
+                      read_interleave=args.read_interleave or inter, merge_base=args.merge_base)
+    srv = ThreadingHTTPServer((args.host, args.port), make_handler(model, args))
+    # what vLLM prints at startup (gpu_worker / kv_cache_utils / uvicorn), with the fake's numbers
+    tokens = args.blocks * 64 * args.dcp
+    print(f"INFO [gpu_worker.py:298] Available KV cache memory: {0.5 * args.dcp:.2f} GiB\n"
+          f"INFO [kv_cache_utils.py:1087] GPU KV cache size: {tokens:,} tokens, Maximum "
+          f"concurrency for {args.max_model_len:,} tokens per request: "
+          f"{tokens / args.max_model_len:.2f}x\n"
+          "INFO:     Application startup complete.", file=sys.stderr, flush=True)
     print(f"PORT {srv.server_address[1]}", flush=True)
     try:
         srv.serve_forever()
