@@ -30,8 +30,9 @@ def diff(dcp: Completion, ref: Completion) -> Diff:
     n = min(len(dcp.tokens), len(ref.tokens))
     first = next((i for i in range(n) if dcp.tokens[i] != ref.tokens[i]), None)
     upto = n if first is None else first
-    deltas = [abs(dcp.logprobs[i] - ref.logprobs[i]) for i in range(upto)
-              if math.isfinite(dcp.logprobs[i]) and math.isfinite(ref.logprobs[i])]
+    at = [i for i in range(upto)
+          if math.isfinite(dcp.logprobs[i]) and math.isfinite(ref.logprobs[i])]
+    deltas = [abs(dcp.logprobs[i] - ref.logprobs[i]) for i in at]
     margin: float | None = None
     bound = False
     if first is not None:
@@ -45,12 +46,13 @@ def diff(dcp: Completion, ref: Completion) -> Diff:
         theirs = dcp.top[first].get(ref.tokens[first]) if first < len(dcp.top) else None
         if theirs is not None and math.isfinite(ref.logprobs[first]):
             deltas.append(abs(theirs - ref.logprobs[first]))
+            at.append(first)
     mx = max(deltas) if deltas else None
     return Diff(
         compared=len(deltas),
         max_abs=mx,
         mean_abs=sum(deltas) / len(deltas) if deltas else None,
-        max_at=deltas.index(mx) if mx is not None else None,
+        max_at=at[deltas.index(mx)] if mx is not None else None,
         first_divergence=first,
         margin=margin,
         margin_is_bound=bound,

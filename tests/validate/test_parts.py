@@ -10,9 +10,10 @@ from sm120kit.errors import UserError
 from sm120kit.validate.client import Completion, normalize_url, parse_completion
 from sm120kit.validate.compare import diff, judge_diff
 from sm120kit.validate.kv import kv_capacity
-from sm120kit.validate.model import DcpLayout, Thresholds, Verdict
-from sm120kit.validate.probes import auto_lengths, build_probe, target_start
-from sm120kit.validate.texts import PROMPT_KINDS, reference_prompt
+from sm120kit.validate.model import DcpLayout, NeedlePlacement, Thresholds, Verdict
+from sm120kit.validate.probes import Probe, auto_lengths, build_probe, target_start
+from sm120kit.validate.run import Planned, judge
+from sm120kit.validate.texts import PROMPT_KINDS, make_needle, reference_prompt
 
 
 def comp(tokens: str, lps: list[float], tops: list[dict[str, float]] | None = None) -> Completion:
@@ -142,3 +143,27 @@ def test_url_and_answer_parsing() -> None:
     with pytest.raises(UserError, match="logprobs lists of different lengths"):
         parse_completion({"choices": [{"text": "a", "logprobs": {
             "tokens": ["a", "b"], "token_logprobs": [-1.0]}}]}, "server u")
+
+
+def test_needle_verdicts() -> None:
+    needle = make_needle(1)
+    probe = Probe(name="needle@4096 rank 2", prompt="p", tokens=4000, needle=needle,
+                  placement=NeedlePlacement(target_rank=2, start=2100, end=2114, ranks=[2]))
+    planned = [Planned(probe.name, "needle", "p", 4000, 4, probe=probe)]
+    hit = comp(f" {needle.code}", [-0.01] * 5)
+    miss = comp(" 1234", [-0.01] * 5)
+    th = Thresholds()
+    # found by both: pass; found by the reference only: fail, naming tokens and rank
+    assert judge(planned, [hit], [hit], th)[0].verdict is Verdict.PASS
+    c = judge(planned, [miss], [hit], th)[0]
+    assert c.verdict is Verdict.FAIL
+    assert c.reasons[0] == ("needle at tokens 2100-2114 (rank 2): the reference retrieves it, "
+                            "DCP does not")
+    # missed by both (the model cannot at this length): suspicious, not a DCP failure
+    c = judge(planned, [miss], [miss], th)[0]
+    assert c.verdict is Verdict.SUSPICIOUS and "(by the reference either)" in c.reasons[0]
+    # no reference: retrieval alone
+    assert judge(planned, [hit], None, th)[0].verdict is Verdict.PASS
+    skipped = [Planned("needle@300 rank 7", "needle", "", 300, 0, skipped="too few tokens")]
+    c = judge(skipped, [None], [None], th)[0]
+    assert c.verdict is Verdict.SUSPICIOUS and c.reasons == ["too few tokens"]
