@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 
 import pytest
 
+from sm120kit.cli import run
 from sm120kit.errors import UserError
 from sm120kit.validate.client import Completion, normalize_url, parse_completion
 from sm120kit.validate.compare import diff, judge_diff
@@ -167,3 +170,16 @@ def test_needle_verdicts() -> None:
     skipped = [Planned("needle@300 rank 7", "needle", "", 300, 0, skipped="too few tokens")]
     c = judge(skipped, [None], [None], th)[0]
     assert c.verdict is Verdict.SUSPICIOUS and c.reasons == ["too few tokens"]
+
+
+def test_core_imports_without_httpx_and_cli_says_how_to_install(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    code = ("import sys; sys.modules['httpx'] = None; import sm120kit.validate, "
+            "sm120kit.validate.launch, sm120kit.cli.validate; print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "ok"
+    monkeypatch.setitem(sys.modules, "httpx", None)  # import httpx -> ImportError
+    assert run(["validate", "--url", "http://127.0.0.1:9"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["error: sm120kit validate needs httpx, which is not installed",
+                   "hint: install the HTTP client: pip install 'sm120kit[validate]' (httpx)"]
