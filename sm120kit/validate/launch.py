@@ -29,6 +29,7 @@ from sm120kit.validate.run import (
     answers,
     dcp_layout,
     judge,
+    placement_notes,
     plan,
     result,
     server_facts,
@@ -156,6 +157,7 @@ def validate_launch(argv: list[str], opts: ValidateOptions, settings: LaunchSett
         with ServerClient(url, label="server", timeout=opts.timeout, model=opts.model) as dcp:
             server = server_facts(dcp)
             planned = plan(opts, dcp, server, layout, True)
+            notes += placement_notes(planned, layout)
             mine = answers(dcp, planned, opts, say)
         log = _log_text(sup)
     reference, theirs = _reference(argv, opts, settings, server, planned, notes, say)

@@ -66,7 +66,16 @@ def _pad_to(count: Counter, text: str, target: int) -> tuple[str, int]:
         return text + "".join(PAD_WORDS[j % len(PAD_WORDS)] for j in range(n))
 
     padded = fit_units(count, target, make)
-    return padded, count(padded)
+    c = count(padded)
+    for _ in range(6):  # the last few tokens: the shortest pieces a tokenizer has
+        if c >= target:
+            break
+        fits = [(n, t) for t in (padded + " a", padded + ",", padded + ".")
+                if c < (n := count(t)) <= target]
+        if not fits:
+            break
+        c, padded = max(fits)
+    return padded, c
 
 
 def build_probe(count: Counter, layout: DcpLayout, length: int, rank: int, seed: int,

@@ -193,6 +193,16 @@ def plan(opts: ValidateOptions, dcp: ServerClient, server: ServerFacts, layout: 
     return out
 
 
+def placement_notes(planned: list[Planned], layout: DcpLayout) -> list[str]:
+    """Say so when needles cannot sit on one rank (interleave shorter than the needle)."""
+    spans = [p.probe.placement for p in planned if p.probe is not None]
+    if layout.dcp > 1 and spans and all(len(s.ranks) > 1 for s in spans):
+        n = spans[0].end - spans[0].start
+        return [f"interleave {layout.interleave} is shorter than the {n}-token needle: every "
+                "needle spans several ranks (each probe still starts on its own rank)"]
+    return []
+
+
 def answers(client: ServerClient, planned: list[Planned], opts: ValidateOptions,
             say: Progress) -> list[Completion | None]:
     """Greedy completions of every planned prompt on one server (None for a skipped check)."""
@@ -255,6 +265,7 @@ def validate(opts: ValidateOptions, progress: Progress | None = None) -> Validat
             if ref_client is not None:
                 reference = server_facts(ref_client)
             planned = plan(opts, dcp, server, layout, ref_client is not None)
+            notes += placement_notes(planned, layout)
             mine = answers(dcp, planned, opts, say)
             theirs = None if ref_client is None else answers(ref_client, planned, opts, say)
         finally:

@@ -74,3 +74,16 @@ def test_server_hanging_during_validation_is_bundled(
     bundles = sorted(tmp_path.glob("sm120kit-bundle-*.tar.gz"))
     assert len(bundles) == 1 and lines[1] == (
         f"hint: bundle: {bundles[0]}; name the cause with: sm120kit diagnose {bundles[0]}")
+
+
+def test_server_dying_before_ready_is_bundled(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    # the launch line has an option the server rejects: it exits 2 at once, as vLLM does
+    rc = run(["validate", *SMALL, "-o", str(tmp_path), "--", sys.executable, SERVER,
+              "--decode-context-parallel-size", "2", "--port", _port(), "--no-such-option"])
+    err = [x for x in capsys.readouterr().err.splitlines() if x.startswith(("error: ", "hint: "))]
+    assert rc == 2
+    assert err[0] == ("error: the DCP server crashed before it was ready: the command exited "
+                      "with code 2")
+    bundles = sorted(tmp_path.glob("sm120kit-bundle-*.tar.gz"))
+    assert len(bundles) == 1 and err[1].startswith(f"hint: bundle: {bundles[0]}")

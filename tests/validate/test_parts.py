@@ -15,7 +15,7 @@ from sm120kit.validate.compare import diff, judge_diff
 from sm120kit.validate.kv import kv_capacity
 from sm120kit.validate.model import DcpLayout, NeedlePlacement, Thresholds, Verdict
 from sm120kit.validate.probes import Probe, auto_lengths, build_probe, target_start
-from sm120kit.validate.run import Planned, judge
+from sm120kit.validate.run import Planned, judge, placement_notes
 from sm120kit.validate.texts import PROMPT_KINDS, make_needle, reference_prompt
 
 
@@ -183,3 +183,15 @@ def test_core_imports_without_httpx_and_cli_says_how_to_install(
     err = capsys.readouterr().err.splitlines()
     assert err == ["error: sm120kit validate needs httpx, which is not installed",
                    "hint: install the HTTP client: pip install 'sm120kit[validate]' (httpx)"]
+
+
+def test_interleave_1_needles_span_ranks_and_say_so() -> None:
+    lay = DcpLayout(dcp=4, interleave=1, block_size=64, source="options")
+    planned = []
+    for rank in range(4):
+        p = build_probe(_chars, lay, 2000, rank, seed=rank, answer_tokens=12)
+        assert not isinstance(p, str)
+        assert p.placement.ranks[0] == rank and sorted(p.placement.ranks) == [0, 1, 2, 3]
+        planned.append(Planned(p.name, "needle", p.prompt, p.tokens, 12, probe=p))
+    assert placement_notes(planned, lay)[0].startswith(
+        "interleave 1 is shorter than the 45-token needle: every needle spans several ranks")
