@@ -157,6 +157,12 @@ def _head_lines(res: ValidateResult) -> list[str]:
     kv = _kv_line(res)
     if kv:
         lines.append(kv)
+    nf = res.noise_floor
+    if nf is not None:
+        lines.append(
+            f"noise floor (reference, {nf.prompts} prompts alone vs batched): mean|Δ| "
+            f"{_f(nf.mean_abs, 4) or '-'}, max|Δ| {_f(nf.max_abs, 4) or '-'} over {nf.compared} "
+            f"tokens, {nf.flips} greedy flips" + ("; lines raised to 3x it" if nf.widened else ""))
     lines.append(f"thresholds (nats): {res.thresholds.describe()}")
     return lines
 

@@ -142,11 +142,23 @@ class ServerClient:
         return count
 
     def complete(self, prompt: str, *, max_tokens: int, top_logprobs: int) -> Completion:
+        return self.complete_batch([prompt], max_tokens=max_tokens, top_logprobs=top_logprobs)[0]
+
+    def complete_batch(self, prompts: list[str], *, max_tokens: int,
+                       top_logprobs: int) -> list[Completion]:
+        """Greedy completions of several prompts in one request (the server batches them)."""
         path = "/v1/completions"
-        body = {"model": self.model, "prompt": prompt, "max_tokens": max_tokens,
-                "temperature": 0.0, "top_p": 1.0, "seed": 0, "logprobs": top_logprobs}
+        body = {"model": self.model, "prompt": prompts[0] if len(prompts) == 1 else prompts,
+                "max_tokens": max_tokens, "temperature": 0.0, "top_p": 1.0, "seed": 0,
+                "logprobs": top_logprobs}
         data = self.request("POST", path, body)
-        return parse_completion(data, self._where(path))
+        where = self._where(path)
+        choices = data.get("choices") if isinstance(data, dict) else None
+        if not isinstance(choices, list) or len(choices) != len(prompts):
+            raise UserError(f"{where}: {len(prompts)} prompts, "
+                            f"{len(choices) if isinstance(choices, list) else 'no'} choices")
+        order = sorted(range(len(choices)), key=lambda i: _index(choices[i], i))
+        return [parse_completion({"choices": [choices[i]]}, where) for i in order]
 
     def metrics(self) -> str | None:
         try:
@@ -154,6 +166,11 @@ class ServerClient:
         except UserError:
             return None
         return text if isinstance(text, str) else None
+
+
+def _index(choice: Any, default: int) -> int:
+    i = choice.get("index") if isinstance(choice, dict) else None
+    return i if isinstance(i, int) else default
 
 
 def parse_completion(data: Any, where: str) -> Completion:

@@ -22,13 +22,13 @@ from sm120kit.errors import UserError
 from sm120kit.facts.serve_args import parse_serve_args
 from sm120kit.validate.client import ServerClient
 from sm120kit.validate.kv import kv_capacity
-from sm120kit.validate.model import ServerFacts, ValidateResult
+from sm120kit.validate.model import NoiseFloor, ServerFacts, ValidateResult
 from sm120kit.validate.run import (
     Planned,
     ValidateOptions,
     answers,
     dcp_layout,
-    judge,
+    noise_floor,
     placement_notes,
     plan,
     result,
@@ -160,10 +160,9 @@ def validate_launch(argv: list[str], opts: ValidateOptions, settings: LaunchSett
             notes += placement_notes(planned, layout)
             mine = answers(dcp, planned, opts, say)
         log = _log_text(sup)
-    reference, theirs = _reference(argv, opts, settings, server, planned, notes, say)
+    reference, theirs, floor = _reference(argv, opts, settings, server, planned, notes, say)
     kv = kv_capacity(log, None)
-    res = result(server, reference, layout, opts, judge(planned, mine, theirs, opts.thresholds),
-                 notes, kv)
+    res = result(server, reference, layout, opts, planned, mine, theirs, floor, notes, kv)
     res.launch = {"argv": list(argv), "url": url,
                   "reference_argv": None if opts.reference_url else reference_argv(argv)}
     return res
@@ -171,13 +170,17 @@ def validate_launch(argv: list[str], opts: ValidateOptions, settings: LaunchSett
 
 def _reference(argv: list[str], opts: ValidateOptions, settings: LaunchSettings,
                server: ServerFacts, planned: list[Planned], notes: list[str],
-               say: Progress) -> tuple[ServerFacts, list[Any]]:
+               say: Progress) -> tuple[ServerFacts, list[Any], NoiseFloor | None]:
     model = opts.model or server.model
+
+    def ask(url: str) -> tuple[ServerFacts, list[Any], NoiseFloor | None]:
+        with ServerClient(url, label="reference", timeout=opts.timeout, model=model) as ref:
+            facts = server_facts(ref)
+            theirs = answers(ref, planned, opts, say)
+            return facts, theirs, noise_floor(ref, planned, theirs, opts, say)
+
     if opts.reference_url:
-        with ServerClient(opts.reference_url, label="reference", timeout=opts.timeout,
-                          model=model) as ref:
-            return server_facts(ref), answers(ref, planned, opts, say)
+        return ask(opts.reference_url)
     notes.append("reference: the same launch line relaunched with DCP 1")
     with launched(reference_argv(argv), settings, "reference", say) as (url, _sup):
-        with ServerClient(url, label="reference", timeout=opts.timeout, model=model) as ref:
-            return server_facts(ref), answers(ref, planned, opts, say)
+        return ask(url)

@@ -5,7 +5,7 @@ All logprob figures are natural-log units (nats), as OpenAI-compatible servers r
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -59,6 +59,15 @@ class Thresholds:
     sure_margin: float = 2.0
     mean_min_positions: int = 8  # a mean over fewer compared tokens is not judged
 
+    def widened(self, floor: NoiseFloor | None) -> Thresholds:
+        """These lines, raised (never lowered) to 3x the box's own measured noise floor."""
+        if floor is None or floor.mean_abs is None or floor.max_abs is None:
+            return self
+        pm = max(self.pass_mean, 3 * floor.mean_abs)
+        px = max(self.pass_max, 3 * floor.max_abs)
+        return replace(self, pass_mean=pm, pass_max=px, fail_mean=max(self.fail_mean, 2.5 * pm),
+                       fail_max=max(self.fail_max, 4 * px))
+
     def describe(self) -> str:
         return (
             f"pass: mean|Δ| ≤ {self.pass_mean:g} (over ≥ {self.mean_min_positions} tokens) and "
@@ -68,6 +77,24 @@ class Thresholds:
             f"sure (margin ≥ {self.sure_margin:g}), or a needle the reference finds and DCP misses; "
             "suspicious: in between"
         )
+
+
+@dataclass
+class NoiseFloor:
+    """The reference's own rounding noise: the same prompts answered alone and in one batch.
+
+    Batching changes the reduction order of the GEMMs and attention kernels much as DCP changes
+    the order of the attention merge, so this is the size of difference a correct DCP server may
+    show on this box and model; the verdict lines are raised to 3x it when it is larger than the
+    defaults assume.
+    """
+
+    prompts: int
+    compared: int
+    mean_abs: float | None
+    max_abs: float | None
+    flips: int  # greedy divergences between the two answers of the same prompt
+    widened: bool = False
 
 
 @dataclass
@@ -150,6 +177,7 @@ class ValidateResult:
     verdict: Verdict
     summary: str
     kv_capacity: KvCapacity | None = None
+    noise_floor: NoiseFloor | None = None
     notes: list[str] = field(default_factory=list)
     launch: dict[str, Any] | None = None
 

@@ -19,6 +19,7 @@ from sm120kit.validate.model import (
     CheckKind,
     DcpLayout,
     KvCapacity,
+    NoiseFloor,
     ServerFacts,
     Thresholds,
     ValidateResult,
@@ -233,17 +234,49 @@ def judge(planned: list[Planned], mine: list[Completion | None],
     return checks
 
 
+def noise_floor(ref: ServerClient, planned: list[Planned], solo: list[Completion | None],
+                opts: ValidateOptions, say: Progress, batch: int = 4) -> NoiseFloor | None:
+    """Answer up to ``batch`` of the compared prompts again on the reference, in one request,
+    and measure how far those answers are from the same prompts answered alone."""
+    idx = [i for i, p in enumerate(planned)
+           if p.kind == "prompt" and not p.skipped and solo[i] is not None][:batch]
+    if len(idx) < 2:
+        return None
+    say(f"{ref.label}: noise floor ({len(idx)} prompts in one batch)")
+    again = ref.complete_batch([planned[i].prompt for i in idx], max_tokens=opts.max_tokens,
+                               top_logprobs=opts.top_logprobs)
+    diffs = []
+    for i, got in zip(idx, again, strict=True):
+        first = solo[i]
+        assert first is not None
+        diffs.append(diff(got, first))
+    n = sum(d.compared for d in diffs)
+    means = [d.mean_abs * d.compared for d in diffs if d.mean_abs is not None]
+    maxes = [d.max_abs for d in diffs if d.max_abs is not None]
+    return NoiseFloor(prompts=len(idx), compared=n,
+                      mean_abs=sum(means) / n if n else None, max_abs=max(maxes, default=None),
+                      flips=sum(d.first_divergence is not None for d in diffs))
+
+
 def result(server: ServerFacts, reference: ServerFacts | None, layout: DcpLayout,
-           opts: ValidateOptions, checks: list[Check], notes: list[str],
-           kv: KvCapacity | None) -> ValidateResult:
+           opts: ValidateOptions, planned: list[Planned], mine: list[Completion | None],
+           theirs: list[Completion | None] | None, floor: NoiseFloor | None,
+           notes: list[str], kv: KvCapacity | None) -> ValidateResult:
+    """Judge the answers against the lines (raised to the measured noise floor) and sum up."""
+    th = opts.thresholds.widened(floor)
+    if floor is not None and th != opts.thresholds:
+        floor.widened = True
+        notes.append("the reference's own noise floor is above the default lines: lines raised "
+                     "to 3x it")
+    checks = judge(planned, mine, theirs, th)
     verdict = worst([c.verdict for c in checks])
     if reference is None and verdict is Verdict.PASS:
         verdict = Verdict.SUSPICIOUS
         notes.append("verdict held at 'suspicious': without a reference the numerics are unproven")
     return ValidateResult(server=server, reference=reference, layout=layout,
-                          thresholds=opts.thresholds, checks=checks, verdict=verdict,
+                          thresholds=th, checks=checks, verdict=verdict,
                           summary=_summary(checks, verdict, reference is not None),
-                          kv_capacity=kv, notes=notes)
+                          kv_capacity=kv, noise_floor=floor, notes=notes)
 
 
 def validate(opts: ValidateOptions, progress: Progress | None = None) -> ValidateResult:
@@ -267,11 +300,13 @@ def validate(opts: ValidateOptions, progress: Progress | None = None) -> Validat
             planned = plan(opts, dcp, server, layout, ref_client is not None)
             notes += placement_notes(planned, layout)
             mine = answers(dcp, planned, opts, say)
-            theirs = None if ref_client is None else answers(ref_client, planned, opts, say)
+            theirs = floor = None
+            if ref_client is not None:
+                theirs = answers(ref_client, planned, opts, say)
+                floor = noise_floor(ref_client, planned, theirs, opts, say)
         finally:
             if ref_client is not None:
                 ref_client.close()
         metrics = dcp.metrics() if layout.dcp > 1 and not opts.log_text else None
     kv = kv_capacity(opts.log_text, metrics)
-    return result(server, reference, layout, opts, judge(planned, mine, theirs, opts.thresholds),
-                  notes, kv)
+    return result(server, reference, layout, opts, planned, mine, theirs, floor, notes, kv)

@@ -90,24 +90,27 @@ def make_handler(model: TinyModel, args: argparse.Namespace) -> type[BaseHTTPReq
                 self._send(404, {"error": "not found"})
 
         def _complete(self, req: dict[str, Any]) -> None:
-            toks = encode(req["prompt"])
+            prompts = req["prompt"] if isinstance(req["prompt"], list) else [req["prompt"]]
             n = int(req.get("max_tokens") or 16)
-            if len(toks) + n > args.max_model_len:
-                self._send(400, {"error": {"message": "prompt too long"}})
-                return
             k = int(req.get("logprobs") or 0)
-            steps = model.generate(toks, n, max(k, 1))
-            text = "".join(token_str(t) for t, _, _ in steps)
-            lp = None
-            if req.get("logprobs") is not None and self.mode != "nologprobs":
-                lp = {"tokens": [token_str(t) for t, _, _ in steps],
-                      "token_logprobs": [v for _, v, _ in steps],
-                      "top_logprobs": [{token_str(i): v for i, v in top.items()}
-                                       for _, _, top in steps],
-                      "text_offset": list(range(len(steps)))}
+            choices = []
+            for idx, prompt in enumerate(prompts):
+                toks = encode(prompt)
+                if len(toks) + n > args.max_model_len:
+                    self._send(400, {"error": {"message": "prompt too long"}})
+                    return
+                steps = model.generate(toks, n, max(k, 1))
+                lp = None
+                if req.get("logprobs") is not None and self.mode != "nologprobs":
+                    lp = {"tokens": [token_str(t) for t, _, _ in steps],
+                          "token_logprobs": [v for _, v, _ in steps],
+                          "top_logprobs": [{token_str(i): v for i, v in top.items()}
+                                           for _, _, top in steps],
+                          "text_offset": list(range(len(steps)))}
+                choices.append({"index": idx, "text": "".join(token_str(t) for t, _, _ in steps),
+                                "logprobs": lp, "finish_reason": "length"})
             self._send(200, {"id": "cmpl-0", "object": "text_completion", "model": name,
-                             "choices": [{"index": 0, "text": text, "logprobs": lp,
-                                          "finish_reason": "length"}]})
+                             "choices": choices})
 
     return Handler
 

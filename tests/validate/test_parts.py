@@ -13,7 +13,13 @@ from sm120kit.errors import UserError
 from sm120kit.validate.client import Completion, normalize_url, parse_completion
 from sm120kit.validate.compare import diff, judge_diff
 from sm120kit.validate.kv import kv_capacity
-from sm120kit.validate.model import DcpLayout, NeedlePlacement, Thresholds, Verdict
+from sm120kit.validate.model import (
+    DcpLayout,
+    NeedlePlacement,
+    NoiseFloor,
+    Thresholds,
+    Verdict,
+)
 from sm120kit.validate.probes import Probe, auto_lengths, build_probe, target_start
 from sm120kit.validate.run import Planned, judge, placement_notes
 from sm120kit.validate.texts import PROMPT_KINDS, make_needle, reference_prompt
@@ -195,3 +201,14 @@ def test_interleave_1_needles_span_ranks_and_say_so() -> None:
         planned.append(Planned(p.name, "needle", p.prompt, p.tokens, 12, probe=p))
     assert placement_notes(planned, lay)[0].startswith(
         "interleave 1 is shorter than the 45-token needle: every needle spans several ranks")
+
+
+def test_thresholds_widen_to_a_noisy_box_never_narrow() -> None:
+    th = Thresholds()
+    quiet = NoiseFloor(prompts=3, compared=48, mean_abs=0.0004, max_abs=0.002, flips=0)
+    assert th.widened(quiet) == th and th.widened(None) == th
+    noisy = NoiseFloor(prompts=3, compared=48, mean_abs=0.03, max_abs=0.4, flips=1)
+    w = th.widened(noisy)
+    assert (w.pass_mean, w.pass_max) == pytest.approx((0.09, 1.2))
+    assert (w.fail_mean, w.fail_max) == pytest.approx((0.225, 4.8))
+    assert w.sure_margin == th.sure_margin

@@ -46,6 +46,10 @@ def test_correct_dcp_server_passes(servers: dict[str, str], capsys: pytest.Captu
     # BF16 rounding of the rank partials is the only difference: far below the pass line
     worst_mean = max(c["mean_abs_diff"] for c in checks.values())
     assert 0 < worst_mean < res["thresholds"]["pass_mean"] / 5
+    # the reference answers batched exactly as alone (the tiny model is batch-invariant)
+    nf = res["noise_floor"]
+    assert nf["prompts"] == 3 and nf["compared"] == 48 and nf["max_abs"] == 0.0
+    assert nf["flips"] == 0 and nf["widened"] is False
     assert res["kv_capacity"]["source"] == "metrics"
     assert res["layout"] == {"dcp": 4, "interleave": 64, "block_size": 64, "source": "options"}
 
