@@ -87,3 +87,17 @@ def test_server_dying_before_ready_is_bundled(tmp_path: Path,
                       "with code 2")
     bundles = sorted(tmp_path.glob("sm120kit-bundle-*.tar.gz"))
     assert len(bundles) == 1 and err[1].startswith(f"hint: bundle: {bundles[0]}")
+
+
+@pytest.mark.slow
+def test_launch_with_reference_url_passes_a_correct_server(
+        servers: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc = run(["validate", "--json", *SMALL, "--reference-url", servers["reference"], "-o",
+              str(tmp_path), "--", sys.executable, SERVER, "--decode-context-parallel-size", "4",
+              "--cp-kv-cache-interleave-size", "64", "--port", _port()])
+    res = json.loads(capsys.readouterr().out)
+    assert rc == 0 and res["verdict"] == "pass", res["summary"]
+    assert res["reference"]["url"] == servers["reference"]
+    assert res["launch"]["reference_argv"] is None
+    assert not any("relaunched" in n for n in res["notes"])
+    assert list(tmp_path.iterdir()) == []
