@@ -153,3 +153,16 @@ def test_bad_layout_is_bad_input(servers: dict[str, str], capsys: pytest.Capture
 def test_no_url(capsys: pytest.CaptureFixture[str]) -> None:
     rc, err = _error(capsys)
     assert rc == 2 and err.startswith("error: no server to validate")
+
+
+def test_no_reference_judges_retrieval_only_and_says_suspicious(
+        servers: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    rc = run(["validate", "--url", servers["correct"], "--dcp", "4", "--interleave", "64",
+              "--lengths", "700", "--json"])
+    res = json.loads(capsys.readouterr().out)
+    assert rc == 1 and res["verdict"] == "suspicious"
+    assert [c["kind"] for c in res["checks"]] == ["needle"] * 4
+    assert all(c["needle_found"] and c["verdict"] == "pass" for c in res["checks"])
+    assert res["reference"] is None and res["noise_floor"] is None
+    assert any("without a reference the numerics are unproven" in n for n in res["notes"])
+    assert res["thresholds"]["rule"].startswith("pass: mean|Δ| ≤ 0.02")
