@@ -95,7 +95,7 @@ class LaunchOptions:
 @dataclass
 class LaunchResult:
     exit_code: int
-    outcome: str  # ready | exited | crashed | stalled | interrupted
+    outcome: str  # ready | exited | crashed | stalled | interrupted | stopped
     reason: str
     bundle: Path | None
     timeline: list[dict[str, Any]]
@@ -344,6 +344,11 @@ class LaunchSupervisor:
         self.tails: dict[str, deque[str]] = {}
         self.signal_hit: tuple[str, str] | None = None
         self.ready = False
+        # set by a caller that drives the ready server itself (validate) once its work is done:
+        # the loop stops the child tree without a bundle (outcome "stopped")
+        self.stop_requested = threading.Event()
+        # set by such a caller when the server stopped answering it: a stall, bundled live
+        self.caller_stall: str | None = None
         self.known: dict[int, Proc] = {}
         self.tracked: dict[int, Proc] = {}
         self.deaths: list[dict[str, Any]] = []
@@ -554,6 +559,10 @@ class LaunchSupervisor:
     def cleanup(self) -> None:
         shutil.rmtree(self._tmp, ignore_errors=True)
 
+    def report_stall(self, reason: str) -> None:
+        """A caller driving the ready server saw it stop answering: bundle it live, then stop."""
+        self.caller_stall = reason
+
     def discard_bundle(self) -> None:
         self._close_logs()
         shutil.rmtree(self.bundle.root, ignore_errors=True)
@@ -603,6 +612,12 @@ class LaunchSupervisor:
                     if o.until_ready and self.ready:
                         outcome, reason = "ready", "the server is ready"
                         break
+                    if self.caller_stall is not None:
+                        outcome, kind, reason = "stalled", "caller", self.caller_stall
+                        break
+                    if self.stop_requested.is_set():
+                        outcome, reason = "stopped", "stopped by the caller after its work"
+                        break
                     with self.lock:
                         sig = self.signal_hit
                         silent = mono - self.last_activity
@@ -647,7 +662,7 @@ class LaunchSupervisor:
                     except KeyboardInterrupt:
                         outcome = "interrupted"
                     self._join_readers()
-            elif outcome in ("exited", "ready"):
+            elif outcome in ("exited", "ready", "stopped"):
                 pass
         except KeyboardInterrupt:
             outcome, reason = "interrupted", "interrupted by the user (Ctrl-C)"
@@ -657,7 +672,7 @@ class LaunchSupervisor:
             child_rc = self.proc.poll() if child_rc is None else child_rc
             self._join_readers(2.0)
             if bundle_path is None:
-                if outcome in ("exited", "ready") and not o.always_bundle:
+                if outcome in ("exited", "ready", "stopped") and not o.always_bundle:
                     self.discard_bundle()
                 else:
                     bundle_path, res = self._bundle(reason or outcome, kind or outcome, live=False)
@@ -669,7 +684,7 @@ class LaunchSupervisor:
                 tl = [{"phase": ph, "t": round(t, 3), "stream": s}
                       for ph, t, s in self.tracker.timeline]
                 cur = self.tracker.current
-        if outcome == "ready":
+        if outcome in ("ready", "stopped"):
             code = 0
         elif outcome == "exited":
             code = child_rc or 0
