@@ -13,30 +13,15 @@ from sm120kit.errors import UserError
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 
 
-def _serve(args: tuple[str, ...]) -> Any:
-    if not args:
-        return None
-    from sm120kit.facts.serve_args import parse_serve_args
+def _serve(args: tuple[str, ...], **ours: Any) -> Any:
+    """The launch line after ``--`` with this command's options winning (ServeArgs.override)."""
+    from sm120kit.facts.serve_args import ServeArgs, parse_human_int, parse_serve_args
 
-    return parse_serve_args(list(args))
-
-
-def _human(value: str | None, option: str) -> int | None:
-    if value is None:
-        return None
-    from sm120kit.facts.serve_args import parse_human_int
-
-    return parse_human_int(value, option)
-
-
-def _pick(explicit: Any, serve: Any, attr: str, default: Any = None) -> Any:
-    if explicit is not None:
-        return explicit
-    if serve is not None:
-        v = getattr(serve, attr)
-        if v is not None:
-            return v
-    return default
+    sa = parse_serve_args(list(args)) if args else ServeArgs()
+    for key in ("max_model_len", "max_num_batched_tokens"):
+        if ours.get(key) is not None:
+            ours[key] = parse_human_int(ours[key], "--" + key.replace("_", "-"))
+    return sa.override(**ours)
 
 
 @click.group("warmup")
@@ -69,27 +54,16 @@ def plan_cmd(
 
     Values come from the options, else from `-- vllm serve ...` arguments after `--`.
     """
-    from sm120kit.facts.dcp import plan_warmup
+    from sm120kit.facts.dcp import plan_for
     from sm120kit.report import console, dump_json
 
-    sa = _serve(serve_args)
-    n = _pick(dcp, sa, "decode_context_parallel_size")
-    if n is None:
+    sa = _serve(serve_args, dcp=dcp, block_size=block_size, interleave=interleave,
+                max_num_seqs=max_num_seqs, mtp=mtp, max_model_len=max_model_len,
+                max_num_batched_tokens=max_num_batched_tokens)
+    if "decode_context_parallel_size" not in sa.given:
         raise UserError("no DCP size", hint="give --dcp N or the launch line: -- vllm serve ...")
     try:
-        wp = plan_warmup(
-            int(n),
-            int(_pick(block_size, sa, "block_size", 64)),
-            interleave=int(interleave if interleave is not None else (sa.interleave if sa else 1)),
-            mtp=int(mtp if mtp is not None else (sa.num_speculative_tokens if sa else 0)),
-            max_num_seqs=_pick(max_num_seqs, sa, "max_num_seqs"),
-            max_model_len=_pick(_human(max_model_len, "--max-model-len"), sa, "max_model_len"),
-            max_num_batched_tokens=_pick(
-                _human(max_num_batched_tokens, "--max-num-batched-tokens"),
-                sa,
-                "max_num_batched_tokens",
-            ),
-        )
+        wp = plan_for(sa)
     except ValueError as exc:
         raise UserError(str(exc), hint="vLLM rejects this configuration too") from None
     if as_json:
@@ -186,15 +160,15 @@ def run_cmd(
     from sm120kit.report import console, dump_json
     from sm120kit.warmup.config import RunConfig, parse_inject_stall
 
-    sa = _serve(serve_args)
     torchrun = _under_torchrun()
-    n = _pick(dcp, sa, "decode_context_parallel_size")
-    if n is None and torchrun:
-        n = int(os.environ["WORLD_SIZE"])
-    if n is None:
+    sa = _serve(serve_args, dcp=dcp, block_size=block_size, interleave=interleave, mtp=mtp,
+                max_model_len=max_model_len, max_num_batched_tokens=max_num_batched_tokens)
+    if "decode_context_parallel_size" not in sa.given and torchrun:
+        sa = sa.override(dcp=int(os.environ["WORLD_SIZE"]))
+    if "decode_context_parallel_size" not in sa.given:
         raise UserError("no DCP size", hint="give --dcp N or the launch line: -- vllm serve ...")
-    cfg = RunConfig(
-        dcp=int(n),
+    cfg = RunConfig.from_serve(
+        sa,
         backend=backend,
         device=device,
         dist_backend=dist_backend,
@@ -203,17 +177,8 @@ def run_cmd(
         topk=topk,
         kv_lora_rank=kv_lora_rank,
         rope_dim=rope_dim,
-        interleave=int(interleave if interleave is not None else (sa.interleave if sa else 1)),
-        block_size=int(_pick(block_size, sa, "block_size", 64)),
         batch=batch,
-        mtp=int(mtp if mtp is not None else (sa.num_speculative_tokens if sa else 0)),
         seq_len=seq_len,
-        max_model_len=_pick(_human(max_model_len, "--max-model-len"), sa, "max_model_len"),
-        max_num_batched_tokens=_pick(
-            _human(max_num_batched_tokens, "--max-num-batched-tokens"),
-            sa,
-            "max_num_batched_tokens",
-        ),
         lse_base=lse_base,
         merge=merge,
         scale_format=scale_format,

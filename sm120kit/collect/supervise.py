@@ -51,12 +51,14 @@ from sm120kit.collect.snapshot import (
     snapshot,
     write_processes,
 )
+from sm120kit.errors import UserError
 from sm120kit.evidence import flight
 from sm120kit.evidence.kv import capacity_from_launch
 from sm120kit.evidence.phases import PhaseTracker, stall_signal
 from sm120kit.evidence.procs import Proc, alive, describe, stop_tree, tree
 from sm120kit.evidence.redact import Redactor
 from sm120kit.evidence.stacks import faulthandler_site_dir, py_spy_dump, signature
+from sm120kit.facts.serve_args import ServeArgs, parse_serve_args
 
 READY_PHASES = ("api-server-ready",)
 _READY_RX = re.compile(r"Application startup complete")
@@ -106,7 +108,7 @@ class LaunchOptions:
 @dataclass
 class LaunchResult:
     exit_code: int
-    outcome: str  # ready | exited | crashed | stalled | interrupted
+    outcome: str  # ready | exited | crashed | stalled | interrupted | stopped
     reason: str
     bundle: Path | None
     timeline: list[dict[str, Any]]
@@ -188,6 +190,15 @@ def vllm_supports_watchdog(argv0: str) -> tuple[bool | None, str]:
     return None, "vllm/engine/arg_utils.py not found"
 
 
+def serve_args_of(argv: list[str]) -> ServeArgs:
+    """The launch line as :mod:`sm120kit.facts.serve_args` reads it; a value vLLM would reject
+    leaves the defaults with a note (collect never refuses to run a launch)."""
+    try:
+        return parse_serve_args(argv)
+    except UserError as exc:
+        return ServeArgs(argv=list(argv), notes=[f"launch line not fully read: {exc.message}"])
+
+
 def is_vllm_serve(argv: list[str]) -> bool:
     if not argv:
         return False
@@ -242,7 +253,7 @@ def diagnostic_env(
     note = None
     argv = list(argv)
     if is_vllm_serve(argv):
-        if any(a == "--watchdog-config" or a.startswith("--watchdog-config=") for a in argv):
+        if "watchdog_config" in serve_args_of(argv).given:
             note = "--watchdog-config given by the user: kept"
         else:
             ok, where = vllm_supports_watchdog(argv[0])
@@ -341,6 +352,11 @@ class LaunchSupervisor:
             self.env, self.added, self.argv, self.watchdog_note = base_env, {}, self.argv_user, None
         self.redactor.learn_env(self.env)
         self.redactor.learn_argv(self.argv)
+        if is_vllm_serve(self.argv_user):
+            sa = serve_args_of(self.argv_user)
+            self.bundle.meta["serve_args"] = sa.shape()
+            if sa.notes:
+                self.bundle.meta["serve_args_notes"] = list(sa.notes)
         self.tracker = PhaseTracker()
         self._stall_signal = stall_signal
         self.lock = threading.Lock()
@@ -348,6 +364,11 @@ class LaunchSupervisor:
         self.tails: dict[str, deque[str]] = {}
         self.signal_hit: tuple[str, str] | None = None
         self.ready = False
+        # set by a caller that drives the ready server itself (validate) once its work is done:
+        # the loop stops the child tree without a bundle (outcome "stopped")
+        self.stop_requested = threading.Event()
+        # set by such a caller when the server stopped answering it: a stall, bundled live
+        self.caller_stall: str | None = None
         self.known: dict[int, Proc] = {}
         self.tracked: dict[int, Proc] = {}
         self.deaths: list[dict[str, Any]] = []
@@ -660,6 +681,10 @@ class LaunchSupervisor:
     def cleanup(self) -> None:
         shutil.rmtree(self._tmp, ignore_errors=True)
 
+    def report_stall(self, reason: str) -> None:
+        """A caller driving the ready server saw it stop answering: bundle it live, then stop."""
+        self.caller_stall = reason
+
     def discard_bundle(self) -> None:
         self._close_logs()
         shutil.rmtree(self.bundle.root, ignore_errors=True)
@@ -715,6 +740,12 @@ class LaunchSupervisor:
                     if o.until_ready and self.ready:
                         outcome, reason = "ready", "the server is ready"
                         break
+                    if self.caller_stall is not None:
+                        outcome, kind, reason = "stalled", "caller", self.caller_stall
+                        break
+                    if self.stop_requested.is_set():
+                        outcome, reason = "stopped", "stopped by the caller after its work"
+                        break
                     with self.lock:
                         sig = self.signal_hit
                         silent = mono - max(self.last_activity, self.last_progress)
@@ -760,7 +791,7 @@ class LaunchSupervisor:
                     except KeyboardInterrupt:
                         outcome = "interrupted"
                     self._join_readers()
-            elif outcome in ("exited", "ready"):
+            elif outcome in ("exited", "ready", "stopped"):
                 pass
         except KeyboardInterrupt:
             outcome, reason = "interrupted", "interrupted by the user (Ctrl-C)"
@@ -770,7 +801,7 @@ class LaunchSupervisor:
             child_rc = self.proc.poll() if child_rc is None else child_rc
             self._join_readers(2.0)
             if bundle_path is None:
-                if outcome in ("exited", "ready") and not o.always_bundle:
+                if outcome in ("exited", "ready", "stopped") and not o.always_bundle:
                     self.discard_bundle()
                 else:
                     bundle_path, res = self._bundle(reason or outcome, kind or outcome, live=False)
@@ -782,7 +813,7 @@ class LaunchSupervisor:
                 tl = [{"phase": ph, "t": round(t, 3), "stream": s}
                       for ph, t, s in self.tracker.timeline]
                 cur = self.tracker.current
-        if outcome == "ready":
+        if outcome in ("ready", "stopped"):
             code = 0
         elif outcome == "exited":
             code = child_rc or 0

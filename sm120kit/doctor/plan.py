@@ -42,19 +42,9 @@ def make_plan(launch_argv: Sequence[str] | None, config_path: str | None, flags:
         if not flags.any_plan_flag():
             return None
         plan = LaunchPlan()
-        plan.notes.append("no launch line: plan built from doctor's flags")
-    if flags.tp is not None:
-        plan.tp = flags.tp
-        plan.given.add("tp")
-    if flags.dcp is not None:
-        plan.dcp = flags.dcp
-        plan.given.add("dcp")
-        if "tp" not in plan.given and plan.tp < flags.dcp:
-            plan.tp = flags.dcp
-            plan.notes.append(f"TP not given: assumed TP = DCP = {flags.dcp}")
-    if flags.max_model_len is not None:
-        plan.max_model_len = flags.max_model_len
-        plan.given.add("max_model_len")
+        plan.serve.notes.append("no launch line: plan built from doctor's flags")
+    plan.serve = plan.serve.override(dcp=flags.dcp, tp=flags.tp,
+                                     max_model_len=flags.max_model_len)
     return plan
 
 
@@ -72,12 +62,14 @@ def log_capacity(path: str, plan: LaunchPlan | None,
     """``kv_capacity`` of the launch a vLLM log records (None when it has no KV lines); doctor's
     own flags / launch line win over what the log says."""
     kv, scan = scan_lines(read_log(path))
-    given = plan.given if plan is not None else set()
+    sa = plan.serve if plan is not None else None
+    given = sa.given if sa is not None else set()
     return capacity(
         kv, scan.config, env, cfg=plan.hf_config if plan is not None else None,
-        requested_dcp=plan.dcp if plan is not None and "dcp" in given else None,
-        kv_dtype=plan.kv_cache_dtype if plan is not None and "kv_cache_dtype" in given else None,
-        block=plan.block_size if plan is not None else None)
+        requested_dcp=sa.dcp if sa is not None and "decode_context_parallel_size" in given
+        else None,
+        kv_dtype=sa.kv_cache_dtype if sa is not None and "kv_cache_dtype" in given else None,
+        block=sa.block_size if sa is not None else None)
 
 
 def model_dir_of(source: str | None) -> Path | None:

@@ -132,7 +132,7 @@ def run_doctor(
         ctx.nvml()
     results = [run_one(c, ctx, timeout) for c in chosen]
     opts = {"launch_argv": launch_argv, "config_path": config_path, "dcp_planned": ctx.dcp,
-            "tp_planned": plan.tp if plan is not None else tp_planned,
+            "tp_planned": plan.serve.tp if plan is not None else tp_planned,
             "max_model_len": max_model_len, "gpu_mem_gib": gpu_mem_gib, "log": log_path,
             "layout": layout, "only": list(only) if only else None, "root": root}
     return DoctorReport(checks=results, tiers=sorted(set(tiers)), options=opts,

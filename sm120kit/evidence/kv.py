@@ -4,10 +4,10 @@ the command line) names + the density model of the model's local config.json."""
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from sm120kit.errors import UserError
 from sm120kit.evidence.logs.versions import VersionScan
 from sm120kit.facts.kvcache import (
     KvCapacity,
@@ -20,6 +20,7 @@ from sm120kit.facts.kvcache import (
     find_model_config,
     load_config,
 )
+from sm120kit.facts.serve_args import parse_serve_args
 
 
 def density_for(cfg: dict[str, Any] | None, kv_dtype: str | None, block: int | None,
@@ -62,11 +63,20 @@ def capacity(kv: KvLines, conf: Mapping[str, Any], env: Mapping[str, str], *,
 
 def capacity_from_launch(lines: Iterable[str], argv: list[str],
                          env: Mapping[str, str]) -> KvCapacity | None:
-    """collect at ready: the log lines plus the supervised command line."""
+    """collect at ready: the log lines plus the supervised command line (which wins)."""
     kv, scan = scan_lines(lines)
-    scan.feed("Command: " + shlex.join(argv))
-    model = next((a for a in argv[2:3] if not a.startswith("-")), None) \
-        if len(argv) > 2 and argv[1] == "serve" else None
-    if model and "model" not in scan.config:
-        scan.config["model"] = model
-    return capacity(kv, scan.config, env)
+    conf = dict(scan.config)
+    try:
+        sa = parse_serve_args(argv)
+    except UserError:
+        sa = None
+    if sa is not None:
+        if sa.model:
+            conf["model"] = sa.model
+        if "decode_context_parallel_size" in sa.given:
+            conf["dcp"] = sa.dcp
+        if "kv_cache_dtype" in sa.given:
+            conf["kv_cache_dtype"] = sa.kv_cache_dtype
+        if sa.num_speculative_tokens and (sa.speculative_method or "mtp").endswith("mtp"):
+            conf["mtp"] = sa.num_speculative_tokens
+    return capacity(kv, conf, env, block=sa.block_size if sa is not None else None)

@@ -33,15 +33,16 @@ def kv_capacity(ctx: DoctorContext) -> Outcome:
     assert p is not None
     if p.hf_config is None:
         return skip("model config.json not found locally; pass --config path/to/config.json")
+    sa = p.serve
     model_dir = model_dir_of(p.hf_config_source)
     total, total_src = gpu_total(ctx)
+    mtp = sa.num_speculative_tokens if (sa.speculative_method or "mtp") in (
+        "mtp", "deepseek_mtp", "glm4_moe_mtp") else 0
     plan = plan_capacity(PlanInput(
         cfg=p.hf_config, weights=weight_size(p.hf_config, model_dir), gpu_total_bytes=total,
-        gpu_total_source=total_src, tp=p.tp, pp=p.pp, dcp=ctx.dcp or p.dcp,
-        max_model_len=p.max_model_len, utilization=p.gpu_memory_utilization,
-        kv_cache_dtype=p.kv_cache_dtype, block_size=p.block_size,
-        mtp_tokens=p.num_speculative_tokens if (p.speculative_method or "mtp") in (
-            "mtp", "deepseek_mtp", "glm4_moe_mtp") else 0))
+        gpu_total_source=total_src, tp=sa.tp, pp=sa.pp, dcp=ctx.dcp or sa.dcp,
+        max_model_len=sa.max_model_len, utilization=sa.gpu_memory_utilization,
+        kv_cache_dtype=sa.kv_cache_dtype, block_size=sa.block_size, mtp_tokens=mtp))
     return Outcome(plan.status, plan.summary, plan.evidence(), plan.fix)
 
 

@@ -41,13 +41,13 @@ def nccl_env(ctx: DoctorContext) -> Outcome:
         elif not os.path.isfile(gf):
             fails.append(f"NCCL_GRAPH_FILE={gf} does not exist")
             fixes.append("point NCCL_GRAPH_FILE at an existing topology XML or unset it")
-        plan = ctx.launch
+        plan = ctx.launch.serve if ctx.launch else None
         if plan and plan.gpu_memory_utilization and plan.gpu_memory_utilization > 0.93:
             warns.append(f"NCCL_GRAPH_FILE with --gpu-memory-utilization "
                          f"{plan.gpu_memory_utilization} > 0.93: 'Failed to CUDA calloc'")
             fixes.append("lower --gpu-memory-utilization to <= 0.93")
     if env.get("NCCL_P2P_DISABLE") == "1":
-        plan = ctx.launch
+        plan = ctx.launch.serve if ctx.launch else None
         if plan is not None and plan.tp == 2 and not plan.disable_custom_all_reduce:
             warns.append("NCCL_P2P_DISABLE=1 without --disable-custom-all-reduce: custom "
                          "all-reduce still uses the broken P2P path")

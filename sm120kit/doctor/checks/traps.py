@@ -48,7 +48,8 @@ def stale_num_experts(ctx: DoctorContext) -> Outcome:
         return ok("config.json has at most one expert-count key", **ev)
     if ne == nre:
         return ok(f"num_experts = n_routed_experts = {nre}", **ev)
-    local = f"{ne // max(1, p.tp)}/{ne}" if p.tp > 1 else f"{ne}"
+    tp = p.serve.tp
+    local = f"{ne // max(1, tp)}/{ne}" if tp > 1 else f"{ne}"
     return fail(f"config.json has num_experts {ne} and n_routed_experts {nre}: transformers "
                 f"copies the stale num_experts over n_routed_experts, vLLM builds {ne} experts "
                 f"('Local/global number of experts: {local}') and runs out of memory at weight "
@@ -126,18 +127,20 @@ def interleave_indexer(ctx: DoctorContext) -> Outcome:
     p = ctx.launch
     assert p is not None
     ver = ctx.vllm().version
-    ev = {"vllm": ver, "interleave": p.interleave, "dcp": p.dcp,
+    sa = p.serve
+    inter = sa.interleave_for(ver)
+    ev = {"vllm": ver, "interleave": inter, "dcp": sa.dcp,
           "rejecting_releases": f">={INDEXER_REJECTS[0]},<{INDEXER_REJECTS[1]}"}
-    if p.interleave <= 1 or p.dcp <= 1:
-        return ok(f"interleave {p.interleave}, DCP {p.dcp}: the indexer accepts it", **ev)
+    if inter <= 1 or sa.dcp <= 1:
+        return ok(f"interleave {inter}, DCP {sa.dcp}: the indexer accepts it", **ev)
     if ver is None:
-        return warn(f"interleave {p.interleave} with DCP {p.dcp}: vLLM 0.25.0-0.29.x's sparse "
+        return warn(f"interleave {inter} with DCP {sa.dcp}: vLLM 0.25.0-0.29.x's sparse "
                     "indexer raises NotImplementedError for it; vLLM is not installed here to "
                     "tell", "use --cp-kv-cache-interleave-size 1 (the default)", **ev)
     lo, hi = INDEXER_REJECTS
     if version_ge(ver, lo) and not version_ge(ver, hi):
         return fail(f"vLLM {ver}'s sparse indexer raises NotImplementedError('DCP sparse "
                     f"indexer currently supports only cp_kv_cache_interleave_size=1') for "
-                    f"interleave {p.interleave}", "drop --cp-kv-cache-interleave-size (default "
+                    f"interleave {inter}", "drop --cp-kv-cache-interleave-size (default "
                     "1)", **ev)
-    return ok(f"vLLM {ver}'s sparse indexer accepts interleave {p.interleave}", **ev)
+    return ok(f"vLLM {ver}'s sparse indexer accepts interleave {inter}", **ev)
