@@ -122,6 +122,7 @@ class _P:
     cpu: float = 0.0
     io: int = 0
     born: float = 0.0
+    reaped: float = 0.0  # CPU of its finished, waited-for children
 
 
 @dataclass
@@ -145,6 +146,7 @@ class ProgressSampler:
         self.io_gone = 0
         self.io_total = 0
         self.compile_cpu = 0.0
+        self.reaped_cpu = 0.0  # CPU of short-lived children never seen alive
         self.last_moved: dict[str, float] = {}
         self.cache_state: tuple[int, int] | None = None
         self.cache_added = (0, 0)
@@ -192,6 +194,8 @@ class ProgressSampler:
                     name = p.name()
                     ct = p.cpu_times()
                     cpu = ct.user + ct.system
+                    reaped = (getattr(ct, "children_user", 0.0) or 0.0) + (
+                        getattr(ct, "children_system", 0.0) or 0.0)
                     io = self._io(p)
             except (psutil.Error, OSError):
                 continue
@@ -200,14 +204,23 @@ class ProgressSampler:
             if rec is None:
                 kind = name if name in COMPILERS else (
                     "python" if name.startswith(("python", "VLLM", "vllm", "pt_")) else "other")
-                rec = self.procs[key] = _P(kind, cpu, io, now)
+                rec = self.procs[key] = _P(kind, cpu, io, now, reaped)
                 if self.samples:  # the first scan finds what was already there
                     moved.add("births")
+                    if kind in COMPILERS and cpu > 0:  # born since the last sample
+                        self.compile_cpu += cpu
+                        moved.add("compile-cpu")
                 if kind in COMPILERS and self.first_compile is None:
                     self.first_compile = now
                 continue
             d_cpu, d_io = cpu - rec.cpu, io - rec.io
-            rec.cpu, rec.io = cpu, io
+            d_reaped = reaped - rec.reaped
+            rec.cpu, rec.io, rec.reaped = cpu, io, reaped
+            if d_reaped > 0.01:
+                # children that lived between two samples (a short cc/ptxas run): finished and
+                # waited for, their CPU shows in the parent's children times
+                self.reaped_cpu += d_reaped
+                moved.add("exits")
             if d_io > 0:
                 self.io_total += d_io
             if d_io >= IO_EPS:
@@ -319,6 +332,7 @@ class ProgressSampler:
             "compilers_done": {k: v for k, v in self.done.items() if k in COMPILERS},
             "compilers_running": dict(self.compilers_running()),
             "compile_cpu_s": round(self.compile_cpu, 2),
+            "reaped_children_cpu_s": round(self.reaped_cpu, 2),
             "io_read_bytes": self.io_total,
             "jit_cache_added": {"files": self.cache_added[0], "bytes": self.cache_added[1]},
             "gpu_used_bytes": self.gpu_used,

@@ -44,8 +44,10 @@ def test_cold_start_compiling_is_not_a_stall(tmp_path: Path) -> None:
     done = prog["compilers_done"]
     assert done.get("cc", 0) + done.get("cc1", 0) + done.get("nvcc", 0) >= 3, prog
     if shutil.which("nvcc"):
-        assert done.get("nvcc", 0) >= 1 and done.get("ptxas", 0) + done.get("cicc", 0) >= 1
-    assert prog["compile_cpu_s"] > 0
+        # nvcc itself lives for seconds; its cicc/ptxas children may finish between samples,
+        # their CPU then shows as reaped children time
+        assert done.get("nvcc", 0) >= 1
+    assert prog["compile_cpu_s"] + prog["reaped_children_cpu_s"] > 0
     assert "compiling:" in err and "nvcc done" in err or "compiler runs done" in err
     assert "patience 30 min" in err
     # a healthy run announces no bundle dir and leaves none
