@@ -2,7 +2,8 @@
 
 The launch line is read by :mod:`sm120kit.facts.serve_args` (the one ``vllm serve`` model; vLLM
 is never imported). A model ``config.json`` is found next to a local model path, in the local
-Hugging Face cache, or given with ``--config``; it is never downloaded.
+Hugging Face cache (``sm120kit.facts.kvcache.find_model_config``), or given with ``--config``;
+it is never downloaded.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from sm120kit.errors import UserError
+from sm120kit.facts.kvcache import find_model_config
 from sm120kit.facts.serve_args import ServeArgs, merge_under, options_to_argv, parse_serve_args
 
 
@@ -75,29 +77,6 @@ def load_config_file(path: str | os.PathLike[str]) -> tuple[str, dict[str, Any]]
     if not isinstance(data, dict) or not data:
         raise UserError(f"config {p} holds no options")
     return ("model" if is_model_config(data) else "serve"), data
-
-
-def find_model_config(model: str | None, environ: Mapping[str, str]) -> Path | None:
-    """config.json of a local model dir or a Hugging Face cache snapshot (never downloads)."""
-    if not model:
-        return None
-    p = Path(model).expanduser()
-    if (p / "config.json").is_file():
-        return p / "config.json"
-    if "/" not in model or model.startswith((".", "/")):
-        return None
-    hub = environ.get("HF_HUB_CACHE") or os.path.join(
-        environ.get("HF_HOME") or os.path.join(environ.get("HOME", "~"), ".cache", "huggingface"),
-        "hub")
-    snap = Path(hub).expanduser() / ("models--" + model.replace("/", "--")) / "snapshots"
-    try:
-        cands = sorted(snap.iterdir(), key=lambda q: q.stat().st_mtime, reverse=True)
-    except OSError:
-        return None
-    for c in cands:
-        if (c / "config.json").is_file():
-            return c / "config.json"
-    return None
 
 
 def build_plan(launch_argv: Sequence[str] | None, config_path: str | None,

@@ -35,10 +35,10 @@ def say(text: str) -> None:
     print(PRE.format(m=t.tm_min % 10, s=t.tm_sec) + text, flush=True)
 
 
-def startup() -> None:
+def startup(model: str, dcp: int) -> None:
     print(f"(APIServer pid={PID}) INFO 07-15 10:20:01 [utils.py:253] non-default args: "
-          "{'model_tag': 'zai-org/GLM-5', 'model': 'zai-org/GLM-5', 'tensor_parallel_size': 1, "
-          "'decode_context_parallel_size': 1}", flush=True)
+          f"{{'model_tag': '{model}', 'model': '{model}', 'tensor_parallel_size': {max(4, dcp)}, "
+          f"'decode_context_parallel_size': {dcp}, 'kv_cache_dtype': 'fp8'}}", flush=True)
     say("[core.py:97] Initializing a V1 LLM engine (v0.25.1) with config: model='zai-org/GLM-5'")
     say("[parallel_state.py:1200] rank 0 in world size 1 is assigned as DP rank 0, PP rank 0, "
         "TP rank 0, EP rank 0")
@@ -114,8 +114,10 @@ def main() -> int:
     ap.add_argument("--shm-every", type=float, default=1.0)
     ap.add_argument("--file")
     ap.add_argument("--mark")
+    ap.add_argument("--model", default="zai-org/GLM-5")
+    ap.add_argument("--decode-context-parallel-size", dest="dcp", type=int, default=1)
     a = ap.parse_args()
-    startup()
+    startup(a.model, a.dcp)
     if a.mark:
         with open(a.mark, "w") as fh:
             fh.write(repr(time.time()))

@@ -58,6 +58,21 @@ def test_cold_start_compiling_is_not_a_stall(tmp_path: Path) -> None:
     assert kv["tokens"] == 164_160 and kv["available_gib"] == 8.25 and kv["engaged"] == "unknown"
 
 
+def test_ready_reports_dcp_not_engaged(tmp_path: Path) -> None:
+    """At ready, collect reads the KV lines: DCP 4 asked, the DCP-1 density printed."""
+    model = tmp_path / "GLM-5.2-504B-Nvidia"
+    model.mkdir()
+    shutil.copy(Path(__file__).resolve().parents[1] / "data" / "kv" /
+                "glm52_reap_nvfp4_config.json", model / "config.json")
+    rc, res, err = _collect(tmp_path, "--until-ready", "--", sys.executable, str(FAKE),
+                            "compile", "--seconds", "0.5", "--model", str(model),
+                            "--decode-context-parallel-size", "4")
+    assert rc == 0 and res["outcome"] == "ready", res["reason"]
+    kv = res["kv_capacity"]
+    assert kv["engaged"] == "no" and kv["requested_dcp"] == 4, kv
+    assert "DCP engaged: no" in err
+
+
 def test_reading_weights_is_not_a_stall(tmp_path: Path) -> None:
     weights = tmp_path / "model-00001-of-00064.safetensors"
     with open(weights, "wb") as fh:
