@@ -319,6 +319,28 @@ class _CappedFile:
         self.f = None
 
 
+@dataclass
+class _Stop:
+    """Why the watch loop ended."""
+
+    outcome: str  # ready | exited | crashed | stalled | interrupted | stopped
+    kind: str = ""
+    reason: str = ""
+    child_rc: int | None = None
+    quiet_s: float | None = None
+
+    def exit_code(self) -> int:
+        if self.outcome in ("ready", "stopped"):
+            return 0
+        if self.outcome == "exited":
+            return self.child_rc or 0
+        if self.outcome == "interrupted":
+            return 130
+        if self.outcome == "crashed" and self.kind == "exit":
+            return self.child_rc if self.child_rc else 1
+        return 1
+
+
 # --- the supervisor --------------------------------------------------------------------------
 class LaunchSupervisor:
     def __init__(self, argv: list[str], opts: LaunchOptions, *,
@@ -690,151 +712,158 @@ class LaunchSupervisor:
         shutil.rmtree(self.bundle.root, ignore_errors=True)
 
     # --- main loop -----------------------------------------------------------------------
+    def _exited(self, rc: int) -> _Stop:
+        self._join_readers()
+        if rc == 0:
+            return _Stop("exited", "", "the command exited with code 0", rc)
+        reason = f"the command exited with code {rc}"
+        if self.deaths:
+            d = self.deaths[0]
+            reason += f"; first gone: {d['label']} (pid {d['pid']}) at +{d['t']:.1f}s"
+        return _Stop("crashed", "exit", reason, rc)
+
+    def _decide(self, mono: float, grace_until: float | None) -> tuple[_Stop | None, float | None]:
+        """One look at every stop condition (ready, caller, hang line, death, quiet)."""
+        if self.opts.until_ready and self.ready:
+            return _Stop("ready", "", "the server is ready"), grace_until
+        if self.caller_stall is not None:
+            return _Stop("stalled", "caller", self.caller_stall), grace_until
+        if self.stop_requested.is_set():
+            return _Stop("stopped", "", "stopped by the caller after its work"), grace_until
+        with self.lock:
+            sig = self.signal_hit
+            silent = mono - max(self.last_activity, self.last_progress)
+            cur = self.tracker.current
+        if sig is not None:
+            return _Stop("crashed" if sig[0] in DEATH_SIGNALS else "stalled", "signal",
+                         f"known hang message ({sig[0]}): {sig[1]}{self._cold_hint(sig[1])}"
+                         ), grace_until
+        if self.deaths:
+            if grace_until is None:
+                return None, mono + 2.0  # let the traceback and the exit arrive
+            if mono >= grace_until:
+                d = self.deaths[0]
+                return _Stop("crashed", "death", f"{d['label']} (pid {d['pid']}) died while the "
+                             "command kept running"), grace_until
+        if silent > self._limit():
+            outcome, kind, reason = self._quiet_verdict(silent, cur)
+            return _Stop(outcome, kind, reason, quiet_s=round(silent, 2)), grace_until
+        return None, grace_until
+
+    def _cold_hint(self, line: str) -> str:
+        """vLLM's own engine-ready timeout hit while the tree was still compiling / loading: a
+        cold start, not a hang (the fix is vLLM's timeout, not the launch)."""
+        if "Timed out waiting for engine core" not in line or self.sampler is None:
+            return ""
+        rep = self.sampler.report()
+        busy = []
+        if rep["compilers_done"] or rep["compilers_running"] or rep["compile_cpu_s"] > 0:
+            busy.append(f"JIT compiling ({sum(rep['compilers_done'].values())} compiler runs)")
+        if rep["io_read_bytes"] > 1 << 30:
+            busy.append(f"loading weights ({rep['io_read_bytes'] / 1e9:.1f} GB read)")
+        if not busy:
+            return ""
+        return (f" -- the engine was still {' and '.join(busy)}: a cold start past vLLM's "
+                "VLLM_ENGINE_READY_TIMEOUT_S (default 600 s), not a hang; raise it, e.g. "
+                "VLLM_ENGINE_READY_TIMEOUT_S=1800")
+
+    def _watch(self) -> _Stop:
+        """Poll the child until a stop condition holds (KeyboardInterrupt passes through)."""
+        assert self.proc is not None
+        last_scan = last_tick = 0.0
+        grace: float | None = None
+        while True:
+            rc = self.proc.poll()
+            if rc is not None:
+                return self._exited(rc)
+            mono = time.monotonic()
+            if mono - last_scan > 1.0:
+                try:
+                    self._scan_tree()
+                    self._check_deaths()
+                except Exception:
+                    pass
+                last_scan = mono
+            if self.sampler is not None and mono - last_tick >= self.opts.progress_interval_s:
+                last_tick = mono
+                self._progress(mono)
+            stop, grace = self._decide(mono, grace)
+            if stop is not None:
+                return stop
+            time.sleep(self.opts.poll_s)
+
+    def _timeline(self) -> tuple[list[dict[str, Any]], str | None]:
+        with self.lock:
+            return ([{"phase": ph, "t": round(t, 3), "stream": s}
+                     for ph, t, s in self.tracker.timeline], self.tracker.current)
+
+    def _after_stall(self, st: _Stop) -> tuple[Path, Result | None]:
+        o = self.opts
+        assert self.proc is not None
+        live = self.proc.poll() is None
+        self.on_event(f"{st.reason}; collecting evidence (deadline {o.deadline_s:.0f}s)")
+        bundle_path, res = self._bundle(st.reason or st.outcome, st.kind or st.outcome, live=live)
+        self.on_event(f"bundle written: {bundle_path}")
+        if o.keep_running and st.outcome == "stalled" and self.proc.poll() is None:
+            self.on_event("--keep-running: still supervising; Ctrl-C to stop")
+            try:
+                while self.proc.poll() is None:
+                    time.sleep(o.poll_s)
+            except KeyboardInterrupt:
+                st.outcome = "interrupted"
+            self._join_readers()
+        return bundle_path, res
+
     def run(self) -> LaunchResult:
         o = self.opts
         self.start()
         assert self.proc is not None
-        self.on_event(f"started pid {self.proc.pid}; a bundle is written under {self.opts.out_dir} "
-                      "only if something goes wrong")
+        self.on_event(f"started pid {self.proc.pid}; a bundle is written under {o.out_dir} only "
+                      "if something goes wrong")
         if self.watchdog_note:
             self.on_event(self.watchdog_note)
-        last_scan = last_tick = 0.0
-        outcome, reason, kind = "exited", "", ""
-        grace_until: float | None = None
+        st = _Stop("exited")
         bundle_path: Path | None = None
         res: Result | None = None
         steps: list[dict[str, Any]] = []
-        child_rc: int | None = None
         detected: float | None = None
-        frozen: list[dict[str, Any]] | None = None
-        frozen_cur: str | None = None
-        quiet_s: float | None = None
+        frozen: tuple[list[dict[str, Any]], str | None] | None = None
         try:
             try:
-                while True:
-                    rc = self.proc.poll()
-                    if rc is not None:
-                        self._join_readers()
-                        child_rc = rc
-                        if rc == 0:
-                            outcome, reason = "exited", "the command exited with code 0"
-                        else:
-                            outcome, kind = "crashed", "exit"
-                            reason = f"the command exited with code {rc}"
-                            if self.deaths:
-                                d = self.deaths[0]
-                                reason += (f"; first gone: {d['label']} (pid {d['pid']}) at "
-                                           f"+{d['t']:.1f}s")
-                        break
-                    mono = time.monotonic()
-                    if mono - last_scan > 1.0:
-                        try:
-                            self._scan_tree()
-                            self._check_deaths()
-                        except Exception:
-                            pass
-                        last_scan = mono
-                    if self.sampler is not None and mono - last_tick >= o.progress_interval_s:
-                        last_tick = mono
-                        self._progress(mono)
-                    if o.until_ready and self.ready:
-                        outcome, reason = "ready", "the server is ready"
-                        break
-                    if self.caller_stall is not None:
-                        outcome, kind, reason = "stalled", "caller", self.caller_stall
-                        break
-                    if self.stop_requested.is_set():
-                        outcome, reason = "stopped", "stopped by the caller after its work"
-                        break
-                    with self.lock:
-                        sig = self.signal_hit
-                        silent = mono - max(self.last_activity, self.last_progress)
-                        cur = self.tracker.current
-                    if sig is not None:
-                        outcome = "crashed" if sig[0] in DEATH_SIGNALS else "stalled"
-                        kind = "signal"
-                        reason = f"known hang message ({sig[0]}): {sig[1]}"
-                        break
-                    if self.deaths:
-                        if grace_until is None:
-                            grace_until = mono + 2.0  # let the traceback and the exit arrive
-                        elif mono >= grace_until:
-                            d = self.deaths[0]
-                            outcome, kind = "crashed", "death"
-                            reason = (f"{d['label']} (pid {d['pid']}) died while the command "
-                                      "kept running")
-                            break
-                    limit = self._limit()
-                    if silent > limit:
-                        outcome, kind, reason = self._quiet_verdict(silent, cur)
-                        quiet_s = round(silent, 2)
-                        break
-                    time.sleep(o.poll_s)
+                st = self._watch()
             except KeyboardInterrupt:
-                outcome, kind = "interrupted", "interrupt"
-                reason = "interrupted by the user (Ctrl-C)"
+                st = _Stop("interrupted", "interrupt", "interrupted by the user (Ctrl-C)")
             detected = time.time()
-            with self.lock:
-                frozen = [{"phase": ph, "t": round(t, 3), "stream": s}
-                          for ph, t, s in self.tracker.timeline]
-                frozen_cur = self.tracker.current
-            if outcome in ("stalled", "crashed", "interrupted") or o.always_bundle:
-                live = self.proc.poll() is None
-                self.on_event(f"{reason}; collecting evidence (deadline {o.deadline_s:.0f}s)")
-                bundle_path, res = self._bundle(reason or outcome, kind or outcome, live=live)
-                self.on_event(f"bundle written: {bundle_path}")
-                if o.keep_running and outcome == "stalled" and self.proc.poll() is None:
-                    self.on_event("--keep-running: still supervising; Ctrl-C to stop")
-                    try:
-                        while self.proc.poll() is None:
-                            time.sleep(o.poll_s)
-                    except KeyboardInterrupt:
-                        outcome = "interrupted"
-                    self._join_readers()
-            elif outcome in ("exited", "ready", "stopped"):
-                pass
+            frozen = self._timeline()
+            if st.outcome in ("stalled", "crashed", "interrupted") or o.always_bundle:
+                bundle_path, res = self._after_stall(st)
         except KeyboardInterrupt:
-            outcome, reason = "interrupted", "interrupted by the user (Ctrl-C)"
+            st.outcome, st.reason = "interrupted", "interrupted by the user (Ctrl-C)"
         finally:
             if self.proc.poll() is None or any(alive(p) for p in self.known.values()):
                 steps = self.stop()
-            child_rc = self.proc.poll() if child_rc is None else child_rc
+            st.child_rc = self.proc.poll() if st.child_rc is None else st.child_rc
             self._join_readers(2.0)
             if bundle_path is None:
-                if outcome in ("exited", "ready", "stopped") and not o.always_bundle:
+                if st.outcome in ("exited", "ready", "stopped") and not o.always_bundle:
                     self.discard_bundle()
                 else:
-                    bundle_path, res = self._bundle(reason or outcome, kind or outcome, live=False)
+                    bundle_path, res = self._bundle(st.reason or st.outcome,
+                                                    st.kind or st.outcome, live=False)
             self.cleanup()
-        if frozen is not None:
-            tl, cur = frozen, frozen_cur
-        else:
-            with self.lock:
-                tl = [{"phase": ph, "t": round(t, 3), "stream": s}
-                      for ph, t, s in self.tracker.timeline]
-                cur = self.tracker.current
-        if outcome in ("ready", "stopped"):
-            code = 0
-        elif outcome == "exited":
-            code = child_rc or 0
-        elif outcome == "interrupted":
-            code = 130
-        elif outcome == "crashed" and kind == "exit":
-            code = child_rc if child_rc else 1
-        else:
-            code = 1
+        tl, cur = frozen if frozen is not None else self._timeline()
         d2b = self.detect_to_bundle_s if bundle_path is not None else None
-        kv = self.kv_capacity() if outcome in ("ready", "exited", "crashed", "stalled") else None
+        kv = self.kv_capacity() if st.outcome in ("ready", "exited", "crashed", "stalled") \
+            else None
         return LaunchResult(
-            exit_code=int(code), outcome=outcome, reason=reason, bundle=bundle_path, timeline=tl,
-            current_phase=cur, child_exit_code=child_rc, seconds=round(self.now(), 3),
-            detect_to_bundle_s=d2b, stop_steps=steps, verdict=res.verdict if res else [],
-            added_env=self.redactor.env(self.added), watchdog=self.watchdog_note,
-            self_cpu_s=_self_cpu(), progress=self.progress_report(),
-            kv_capacity=kv, quiet_s=quiet_s,
-            detected_at=detected if outcome in ("stalled", "crashed") else None,
+            exit_code=st.exit_code(), outcome=st.outcome, reason=st.reason, bundle=bundle_path,
+            timeline=tl, current_phase=cur, child_exit_code=st.child_rc,
+            seconds=round(self.now(), 3), detect_to_bundle_s=d2b, stop_steps=steps,
+            verdict=res.verdict if res else [], added_env=self.redactor.env(self.added),
+            watchdog=self.watchdog_note, self_cpu_s=_self_cpu(), progress=self.progress_report(),
+            kv_capacity=kv, quiet_s=st.quiet_s,
+            detected_at=detected if st.outcome in ("stalled", "crashed") else None,
         )
-
 
 def _self_cpu() -> float | None:
     try:

@@ -7,7 +7,9 @@ startup line) while doing real work of the kind a cold start does, in real proce
 * ``weights``: reads a large sparse file as its "weights" for ``--seconds``, printing only the
   shm_broadcast wait;
 * ``hang``: blocks with no output and no children;
-* ``spin``: burns a CPU in a Python loop with no output.
+* ``spin``: burns a CPU in a Python loop with no output;
+* ``compile-timeout``: compiles, then prints vLLM 0.34's engine-ready TimeoutError (its
+  ``core_client.py`` text) as a cold JIT past ``VLLM_ENGINE_READY_TIMEOUT_S`` does.
 
 Only the engine is faked (no GPU here). ``--mark FILE`` gets the unix time the quiet part
 begins (the test measures detection latency from it).
@@ -109,7 +111,7 @@ def read_weights(path: str, seconds: float, shm_every: float) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["compile", "weights", "hang", "spin"])
+    ap.add_argument("mode", choices=["compile", "weights", "hang", "spin", "compile-timeout"])
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--shm-every", type=float, default=1.0)
     ap.add_argument("--file")
@@ -123,6 +125,14 @@ def main() -> int:
             fh.write(repr(time.time()))
     if a.mode == "compile":
         compile_for(a.seconds, a.shm_every)
+    elif a.mode == "compile-timeout":  # vLLM's engine-ready timeout fires during the JIT
+        compile_for(a.seconds, a.shm_every)
+        print(f"(APIServer pid={PID}) ERROR 07-15 10:30:01 [core_client.py:795] TimeoutError: "
+              "Timed out waiting for engine core processes to start. This is often caused by "
+              "slow weight loading for large models. Waited 600s (configured by "
+              "VLLM_ENGINE_READY_TIMEOUT_S). To increase the timeout, set the environment "
+              "variable: VLLM_ENGINE_READY_TIMEOUT_S=<seconds>", flush=True)
+        time.sleep(3600)
     elif a.mode == "weights":
         read_weights(a.file, a.seconds, a.shm_every)
     elif a.mode == "hang":

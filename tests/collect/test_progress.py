@@ -73,6 +73,15 @@ def test_ready_reports_dcp_not_engaged(tmp_path: Path) -> None:
     assert "DCP engaged: no" in err
 
 
+@pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
+def test_engine_ready_timeout_during_jit_is_called_a_cold_start(tmp_path: Path) -> None:
+    rc, res, err = _collect(tmp_path, "--", sys.executable, str(FAKE), "compile-timeout",
+                            "--seconds", "4")
+    assert rc == 1 and res["outcome"] == "stalled"
+    assert "rpc-timeout" in res["reason"] and "a cold start past vLLM's" in res["reason"]
+    assert "VLLM_ENGINE_READY_TIMEOUT_S=1800" in res["reason"]
+
+
 def test_reading_weights_is_not_a_stall(tmp_path: Path) -> None:
     weights = tmp_path / "model-00001-of-00064.safetensors"
     with open(weights, "wb") as fh:
