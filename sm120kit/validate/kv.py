@@ -1,43 +1,34 @@
-"""KV-capacity figures shown beside the verdict (the seam for the shared ``kv_capacity`` reader).
+"""KV-capacity figures shown beside the verdict.
 
-Until the project's shared reader exists this module reads the few lines validate needs: vLLM's
-``Available KV cache memory: X GiB`` / ``GPU KV cache size: N tokens`` / ``Maximum concurrency for
-L tokens per request: C x`` from a launch log, and ``vllm:cache_config_info`` (``block_size``,
-``num_gpu_blocks``) from Prometheus ``/metrics``. Swap :func:`kv_capacity` for the shared reader
-when it lands; the rest of validate only calls this one function.
+From a launch log through the shared reader (``sm120kit.facts.kvcache``: vLLM's ``Available KV
+cache memory`` / ``GPU KV cache size`` / ``Maximum concurrency`` lines in the one-line 0.28+ and
+the older two-line forms), else from ``vllm:cache_config_info`` (``block_size``,
+``num_gpu_blocks``) in Prometheus ``/metrics``.
 """
 
 from __future__ import annotations
 
 import re
 
+from sm120kit.facts.kvcache import read_kv_lines
 from sm120kit.validate.model import KvCapacity
 
-_AVAIL = re.compile(r"Available KV cache memory:\s*([\d.]+)\s*GiB")
-_SIZE = re.compile(r"GPU KV cache size:\s*([\d,]+)\s*tokens")
-_CONC = re.compile(r"Maximum concurrency for\s*([\d,]+)\s*tokens per request:\s*([\d.]+)\s*x")
 _INFO = re.compile(r"^vllm:cache_config_info\{([^}]*)\}", re.M)
 _LABEL = re.compile(r'(\w+)="([^"]*)"')
 
 
-def _int(s: str) -> int:
-    return int(s.replace(",", ""))
-
-
 def from_log(text: str) -> KvCapacity | None:
     """The last figures a vLLM launch log printed (a relaunch prints them again)."""
-    avail = _AVAIL.findall(text)
-    size = _SIZE.findall(text)
-    conc = _CONC.findall(text)
-    if not (avail or size or conc):
+    kv = read_kv_lines(text.splitlines())
+    if not kv.found:
         return None
-    return KvCapacity(
-        source="log",
-        available_kv_gib=float(avail[-1]) if avail else None,
-        gpu_kv_cache_tokens=_int(size[-1]) if size else None,
-        max_concurrency_len=_int(conc[-1][0]) if conc else None,
-        max_concurrency=float(conc[-1][1]) if conc else None,
-    )
+    cap = KvCapacity(source="log", available_kv_gib=kv.available_gib,
+                     gpu_kv_cache_tokens=kv.tokens, max_concurrency_len=kv.max_model_len,
+                     max_concurrency=kv.max_concurrency)
+    if kv.needed_gib is not None:
+        cap.notes.append(f"vLLM could not fit one request: {kv.needed_gib} GiB needed, "
+                         f"{kv.available_gib} GiB available")
+    return cap
 
 
 def from_metrics(text: str) -> KvCapacity | None:
