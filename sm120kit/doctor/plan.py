@@ -40,6 +40,11 @@ def make_plan(launch_argv: Sequence[str] | None, config_path: str | None, flags:
     plan = build_plan(launch_argv, config_path, env)
     if plan is None:
         if not flags.any_plan_flag():
+            if flags.gpu_mem_gib is not None:
+                raise UserError("--gpu-mem-gib is only used by the capacity planner, which needs "
+                                "a launch plan",
+                                hint="add `-- vllm serve MODEL ...`, --config config.json or "
+                                "--tp/--dcp/--max-model-len")
             return None
         plan = LaunchPlan()
         plan.serve.notes.append("no launch line: plan built from doctor's flags")
