@@ -49,6 +49,11 @@ class Item:
     node: ast.stmt | None = None
     head: str | None = None  # a class: its decorators and ``class X(...):`` line(s)
     body: list[Item] | None = None  # a class: its members
+    lead: str = ""  # the blank and comment lines before the statement (part of ``text``)
+
+    @property
+    def code(self) -> str:
+        return self.text[len(self.lead):]
 
 
 @dataclass
@@ -118,7 +123,9 @@ def _slices(lines: list[str], stmts: list[ast.stmt], pos: int) -> tuple[list[Ite
         seen[key] += 1
         if seen[key] > 1:
             key = f"{key}#{seen[key]}"
-        item = Item(key, kind, "".join(lines[pos:end]), pos + 1, node)
+        first = max(pos, _start(node) - 1)
+        item = Item(key, kind, "".join(lines[pos:end]), pos + 1, node,
+                    lead="".join(lines[pos:first]))
         if isinstance(node, ast.ClassDef):
             _split_class(item, lines, pos, end)
         items.append(item)
@@ -257,21 +264,32 @@ def _merge_both(b: Item | None, o: Item, t: Item, qual: str, ctx: _Ctx) -> str:
     return o.text
 
 
+def _pick(b: str, o: str, t: str) -> str | None:
+    """The 3-way choice for one string: the side that changed it (None: both, differently)."""
+    if o == b:
+        return t
+    return o if t in (b, o) else None
+
+
 def _decide(b: Item | None, o: Item, t: Item | None, qual: str, ctx: _Ctx) -> str | None:
-    """The merged text of one fork slice (None: dropped)."""
+    """The merged text of one fork slice (None: dropped). The leading comments and the
+    statement are chosen separately, so a comment the fork adds above a definition the patch
+    changes (or moves away from one the patch removes) is not a conflict."""
     if b is None:
-        if t is None or t.text == o.text or t.text.strip() == o.text.strip():
+        if t is None or t.code == o.code:
             return o.text  # added by the fork (or by both, the same)
         return _merge_both(None, o, t, qual, ctx)
     if t is None:  # the patch removed it
-        if o.text == b.text:
-            return None
+        if o.code == b.code:
+            return o.lead if o.lead != b.lead else None
         _conflict(ctx, qual, b, o, t, "the patch removes what the fork changed")
         return o.text
-    if o.text == b.text:
-        return t.text
-    if t.text == b.text or t.text == o.text:
-        return o.text
+    whole = _pick(b.text, o.text, t.text)
+    if whole is not None:
+        return whole
+    lead, code = _pick(b.lead, o.lead, t.lead), _pick(b.code, o.code, t.code)
+    if lead is not None and code is not None:
+        return lead + code
     return _merge_both(b, o, t, qual, ctx)
 
 
