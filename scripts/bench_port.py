@@ -160,10 +160,11 @@ def release_files(version: str, paths: list[str]) -> dict[str, bytes]:
     return {p: (tree / p).read_bytes() for p in paths if (tree / p).is_file()}
 
 
-def anchor_am(tmp: Path, variant: Variant, files: dict[str, bytes], rounds: int = 3) -> float:
+def anchor_am(tmp: Path, version: str, variant: Variant, files: dict[str, bytes],
+              rounds: int = 3) -> float:
     times = []
     for i in range(rounds):
-        repo = _repo(tmp / f"anchor-{variant.name}-{i}", dict(files))
+        repo = _repo(tmp / f"anchor-{version}-{i}", dict(files))
         t0 = time.perf_counter()
         run_git(["am", "-3", *[str(variant.patch_path(p)) for p in variant.patches]], repo,
                 config=AM_CONFIG)
@@ -269,7 +270,7 @@ def synthetic(series: Series, versions: list[str], kinds: list[str], tmp: Path,
         patched = series_steps(dict(files), v)[-1].after
         base_s = {p: d.decode() for p, d in files.items()}
         patched_s = {p: (d or b"").decode() for p, d in patched.items()}
-        anchors[version] = anchor_am(tmp, v, files)
+        anchors[version] = anchor_am(tmp, version, v, files)
         for kind in kinds:
             got = drift_files(kind, base_s, patched_s)
             if got is None:
