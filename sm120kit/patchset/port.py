@@ -614,12 +614,11 @@ def _merge_steps(
     prev = dict(release_files)
     cur: dict[str, bytes | None] = dict(fork)
     per_patch: list[dict[str, bytes | None]] = []
-    blocked: set[str] = set()  # a file that conflicted: later patches would only echo it
     for n, step in enumerate(steps):
         changed: dict[str, bytes | None] = {}
         for path, after in step.after.items():
             before = prev.get(path)
-            if before == after or path in blocked:
+            if before == after:
                 continue
             mine = cur[path] if path in cur else ours_at([path])[path]
             if mine == before or mine == after:
@@ -637,7 +636,6 @@ def _merge_steps(
             out = merge(mine, before, after, path=path, labels=labels, markers=markers)
             if out.merged is None:
                 _record_conflicts(result, variant, step, path, out, before)
-                blocked.add(path)
                 continue
             if out.method == "definition":
                 result.by_definition.append(f"{step.file}: {path}")
