@@ -216,7 +216,8 @@ def compare_with_hand_made(version: str, hand: Variant, ported: dict[str, bytes 
 
 
 def real_drift(series: Series, tmp: Path, strategies: list[str]) -> None:
-    print("\n(a) real drift: each variant ported onto the supported releases it does not target")
+    print("\n(a) real drift: each variant ported onto the supported releases it does not target"
+          " (ported= : same ASTs as the hand-made variant, ported!= : differs)")
     print(f"{'variant':<12} {'onto':<8} " + " ".join(f"{s:<10}" for s in strategies)
           + "  definition-level result vs hand-made variant")
     targets = {t.release: t for t in series.targets.values()
@@ -239,7 +240,10 @@ def real_drift(series: Series, tmp: Path, strategies: list[str]) -> None:
                     note = str(exc)[:80]
                     continue
                 ok = res.status == "would-port"  # type: ignore[attr-defined]
-                cells.append("ported" if ok else f"{len(res.conflicts)} confl")  # type: ignore[attr-defined]
+                same = ok and not compare_with_hand_made(
+                    version, series.variant(t.variant), res.files)  # type: ignore[attr-defined]
+                cells.append(("ported=" if same else "ported!=") if ok
+                             else f"{len(res.conflicts)} confl")  # type: ignore[attr-defined]
                 if s == "definition":
                     if ok:
                         hand = series.variant(t.variant)
