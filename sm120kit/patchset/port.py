@@ -572,16 +572,7 @@ def port_series(
     cur, per_patch = _merge_steps(result, variant, steps, release_files, fork, ours_at, labels,
                                   merge)
     if not result.conflicts:
-        result.problems += _compile_problems({p: cur.get(p) for p in files})
-        for p in variant.patches:
-            for m in p.applied_markers:
-                data = cur.get(m.file)
-                if data is None or m.text not in data.decode("utf-8", "replace"):
-                    result.problems.append(
-                        f"{p.file}: applied-marker {m.text!r} missing from {m.file} after merging")
-        for f in files:
-            for name in fork_only_missing(release_files.get(f), fork.get(f), cur.get(f)):
-                result.problems.append(f"{f}: the fork's definition {name} is missing after merging")
+        result.problems += _result_problems(variant, files, release_files, fork, cur)
     result.files = {p: cur.get(p) for p in files}
     if result.conflicts or result.problems:
         result.status = "conflict"
@@ -597,6 +588,22 @@ def port_series(
         run_git(["update-ref", "-m", f"sm120kit: 3-way port of {variant.name}",
                  f"refs/heads/{into}", commits[-1], ""], repo)
     return result
+
+
+def _result_problems(variant: Variant, files: list[str], release: dict[str, bytes | None],
+                     fork: dict[str, bytes | None], cur: dict[str, bytes | None]) -> list[str]:
+    """Checked on the merged files: they compile, carry every applied marker of the series and
+    keep every definition the fork added."""
+    out = _compile_problems({p: cur.get(p) for p in files})
+    for p in variant.patches:
+        for m in p.applied_markers:
+            data = cur.get(m.file)
+            if data is None or m.text not in data.decode("utf-8", "replace"):
+                out.append(f"{p.file}: applied-marker {m.text!r} missing from {m.file} after merging")
+    for f in files:
+        for name in fork_only_missing(release.get(f), fork.get(f), cur.get(f)):
+            out.append(f"{f}: the fork's definition {name} is missing after merging")
+    return out
 
 
 def _merge_steps(

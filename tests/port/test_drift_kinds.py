@@ -21,7 +21,7 @@ import pytest
 
 from sm120kit.cli import run
 from sm120kit.facts.series import load_series
-from sm120kit.patchset.defmerge import MergeOutcome, cut, line_merge, merge_file
+from sm120kit.patchset.defmerge import MergeOutcome, check_result, cut, line_merge, merge_file
 from sm120kit.patchset.port import port_series, series_steps
 from sm120kit.patchset.release import release_tree
 from sm120kit.patchset.snapshot import snapshot_repo_state
@@ -224,3 +224,31 @@ def test_imports_changed_by_both_merge_as_sets() -> None:
               and n.module and n.module.endswith("sparse_utils") for a in n.names}
     assert "flat_kv_row_view as fork_rows" in names and theirs <= {x.split(" as ")[0] for x in names}
 
+
+
+def test_result_checks_catch_a_merge_that_drops_the_forks_definitions(tmp_path: Path) -> None:
+    """The checks run on the result: a merge that returns the patched release file (dropping the
+    fork's additions) is refused, naming the lost definitions, and nothing is written."""
+    base, patched = _files("0.33.0")
+    fork, _ = drift_files("def-between-patched", base, patched) or ({}, {})
+    repo = _repo(tmp_path / "fork", fork)
+    before = snapshot_repo_state(repo, include_files=True)
+
+    def theirs_only(ours: bytes, base: bytes, theirs: bytes, **_: object) -> MergeOutcome:
+        return MergeOutcome(theirs, "line")
+
+    res = port_series(repo, "vllm-0.33.0", "HEAD", "", "vllm-0.33.0", merge=theirs_only,
+                      report_dir=tmp_path / "report")
+    assert res.status == "conflict"
+    assert any("fork's definition FlashInferMLASparseSM120Impl.fork_between_" in p
+               for p in res.problems), res.problems
+    assert snapshot_repo_state(repo, include_files=True) == before
+    # and per merge: a lost marker or a lost fork definition is a problem, not a result
+    b, t = base[SM], patched[SM]
+    o = b.replace("\nclass ", "\ndef fork_helper() -> int:\n    return 1\n\n\nclass ", 1)
+    probs = check_result(SM, b, o, t, t, ["# sm120kit: decode LSE"])
+    assert any("fork_helper" in p for p in probs)
+    marker = "# sm120kit: decode LSE"
+    assert marker in t and check_result(SM, b, b, t, t, [marker]) == []
+    (lost,) = check_result(SM, b, b, t, t.replace(marker, "#"), [marker])
+    assert "marker" in lost and marker in lost
