@@ -11,7 +11,9 @@ so :func:`port_series` reconstructs what ``-3`` would have used from the PyPI re
    in a scratch repository (``git am -3``), keeping the state after every patch;
 3. for every patch, for every file it touches, ``git merge-file`` with base = the release file
    before the patch, ours = the fork's file (as ported so far), theirs = the release file after
-   the patch;
+   the patch; where that conflicts, the definition-level merge of
+   :mod:`sm120kit.patchset.defmerge` (definitions matched by qualified name, each side's
+   changes kept, a definition both sides changed line-merged alone, imports merged as sets);
 4. clean everywhere, every touched ``.py`` compiles and every applied-marker is present → write
    one commit per patch (same author, subject and message) with plumbing (``hash-object``,
    a private index, ``commit-tree``) and create the result branch with ``update-ref``. HEAD, the
