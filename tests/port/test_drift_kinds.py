@@ -28,6 +28,8 @@ from sm120kit.patchset.snapshot import snapshot_repo_state
 from tests.port.conftest import SM, WS, drift_unrelated, edit, git, make_fork
 from tests.port.drift import KINDS, drift_files
 
+pytestmark = pytest.mark.network  # the 0.33.0 / 0.34.0 wheels (cached after the first run)
+
 #: drift kinds a plain ``git merge-file`` port cannot do on these releases (measured by
 #: scripts/bench_port.py; asserted below so that the definition-level merge is what ports them)
 LINE_MERGE_FAILS = {"adjacent-insert", "file-banner", "reordered-defs"}
