@@ -26,6 +26,7 @@ When a slice still conflicts, the outcome names the definition and gives it thre
 from __future__ import annotations
 
 import ast
+import difflib
 import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
@@ -293,8 +294,43 @@ def _decide(b: Item | None, o: Item, t: Item | None, qual: str, ctx: _Ctx) -> st
     return _merge_both(b, o, t, qual, ctx)
 
 
+def _rekey(base: list[Item], side: list[Item], tag: str) -> None:
+    """Repeated keys (two ``from M import`` of one module, two ``if TYPE_CHECKING:``) are
+    numbered in order; a side that inserts one above the others would shift the numbers. Match
+    them to the base's by identical statement first, then by similarity; the rest are additions."""
+    fams: dict[str, list[Item]] = {}
+    for it in base:
+        fams.setdefault(it.key.split("#")[0], []).append(it)
+    mine: dict[str, list[Item]] = {}
+    for it in side:
+        mine.setdefault(it.key.split("#")[0], []).append(it)
+    for fam, items in mine.items():
+        free = list(fams.get(fam, []))
+        if len(items) == 1 and len(free) <= 1:
+            continue
+        rest = []
+        for it in items:
+            hit = next((b for b in free if b.code == it.code), None)
+            if hit is None:
+                rest.append(it)
+            else:
+                it.key = hit.key
+                free.remove(hit)
+        for hit in free:  # a changed one: the most similar statement
+            if not rest:
+                break
+            best = max(rest, key=lambda it, h=hit: difflib.SequenceMatcher(  # type: ignore[misc]
+                None, h.code, it.code, autojunk=False).ratio())
+            best.key = hit.key
+            rest.remove(best)
+        for n, it in enumerate(rest):
+            it.key = f"{fam}+{tag}{n}"
+
+
 def _merge_scope(base: list[Item], ours: list[Item], theirs: list[Item], scope: str,
                  ctx: _Ctx) -> list[str]:
+    _rekey(base, ours, "ours")
+    _rekey(base, theirs, "theirs")
     bk = {i.key: i for i in base}
     tk = {i.key: i for i in theirs}
     ok = {i.key for i in ours}

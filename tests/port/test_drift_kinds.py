@@ -254,3 +254,30 @@ def test_result_checks_catch_a_merge_that_drops_the_forks_definitions(tmp_path: 
     assert marker in t and check_result(SM, b, b, t, t, [marker]) == []
     (lost,) = check_result(SM, b, b, t, t.replace(marker, "#"), [marker])
     assert "marker" in lost and marker in lost
+
+
+def test_a_repeated_import_added_above_does_not_shift_the_match() -> None:
+    """The fork adds a second ``from ...sparse_utils import`` above the one the patch extends
+    (and a helper right below it, so the line merge conflicts): matched by statement, not by
+    position, the patch's extension lands in the original import and the fork's stays."""
+    base, patched = _files("0.33.0")
+    b, t = base[SM], patched[SM]
+    head = "from vllm.v1.attention.backends.mla.sparse_utils import (\n"
+    o = b.replace(head, "from vllm.v1.attention.backends.mla.sparse_utils import (  # fork\n"
+                  "    flat_kv_row_view as fork_rows,\n)\n" + head, 1)
+    # ... and edits the original's last name line, next to the name the patch adds
+    o = o.replace("    triton_convert_req_index_to_global_index,\n)\n",
+                  "    triton_convert_req_index_to_global_index,  # fork: used below\n)\n"
+                  "FORK_ROWS = fork_rows\n", 1)
+    assert line_merge(o, b, t)[1] > 0
+    got = merge_file(o.encode(), b.encode(), t.encode(), path=SM)
+    assert got.merged is not None and got.method == "definition", (got.conflicts, got.problems)
+    merged = got.merged.decode()
+    assert "flat_kv_row_view as fork_rows,\n)\n" in merged and "FORK_ROWS = fork_rows" in merged
+    mod = ast.parse(merged)
+    utils = [n for n in mod.body if isinstance(n, ast.ImportFrom)
+             and (n.module or "").endswith("sparse_utils")]
+    assert len(utils) == 2 and [a.asname for a in utils[0].names] == ["fork_rows"]
+    assert "triton_filter_and_convert_dcp_index" in {a.name for a in utils[1].names}
+    assert merged.count("triton_filter_and_convert_dcp_index") == t.count(
+        "triton_filter_and_convert_dcp_index")
