@@ -265,6 +265,13 @@ def apply_to_checkout(
             if ported is not None:
                 return ported
         f = wa.failure
+        if port is not False and f.reason == "missing-preimage" and target.release:
+            # the alias names the release the preimages come from: port from it, no --from needed
+            ported = _try_port(repo, alias, base_commit, into, alias, dry_run)
+            if ported is not None:
+                ported.note = (f"git am -3 lacks the preimage blobs of vllm {target.release}: "
+                               f"ported from that release (as with --from {alias})")
+                return ported
         raise ApplyFailed(
             f"{f.message()}; nothing was changed",
             _failure_hint(target, f),

@@ -11,7 +11,9 @@ so :func:`port_series` reconstructs what ``-3`` would have used from the PyPI re
    in a scratch repository (``git am -3``), keeping the state after every patch;
 3. for every patch, for every file it touches, ``git merge-file`` with base = the release file
    before the patch, ours = the fork's file (as ported so far), theirs = the release file after
-   the patch;
+   the patch; where that conflicts, the definition-level merge of
+   :mod:`sm120kit.patchset.defmerge` (definitions matched by qualified name, each side's
+   changes kept, a definition both sides changed line-merged alone, imports merged as sets);
 4. clean everywhere, every touched ``.py`` compiles and every applied-marker is present → write
    one commit per patch (same author, subject and message) with plumbing (``hash-object``,
    a private index, ``commit-tree``) and create the result branch with ``update-ref``. HEAD, the
@@ -34,6 +36,7 @@ from typing import Any
 
 from sm120kit.errors import ExitCode, UserError
 from sm120kit.facts.series import Series, Target, Variant, load_series
+from sm120kit.patchset.defmerge import MergeOutcome, fork_only_missing, merge_file
 from sm120kit.patchset.gitcmd import AM_CONFIG, GitFailed, git_env, rev_parse, run_git
 
 # --------------------------------------------------------------------------------------------
@@ -246,26 +249,11 @@ class Conflict:
     ours: str  # the fork's side
     base: str  # the release preimage
     theirs: str  # the release with the patch
+    definition: str | None = None  # the definition (``Class.method``) when merged by definition
+    reason: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
-
-
-def _merge(ours: bytes, base: bytes, theirs: bytes, labels: tuple[str, str, str]) -> tuple[bytes, int]:
-    """``git merge-file -p --diff3``: (merged bytes, number of conflicts)."""
-    with tempfile.TemporaryDirectory(prefix="sm120kit-merge-") as tmp:
-        t = Path(tmp)
-        (t / "ours").write_bytes(ours)
-        (t / "base").write_bytes(base)
-        (t / "theirs").write_bytes(theirs)
-        proc = subprocess.run(
-            ["git", "merge-file", "-p", "--diff3", "-L", labels[0], "-L", labels[1], "-L",
-             labels[2], "ours", "base", "theirs"],
-            cwd=tmp, env=git_env(), capture_output=True, timeout=120,
-        )
-    if proc.returncode < 0 or proc.returncode > 127:
-        raise UserError(f"git merge-file failed: {proc.stderr.decode('utf-8', 'replace')[:300]}")
-    return proc.stdout, proc.returncode
 
 
 def _conflict_regions(merged: str) -> list[tuple[int, str, str, str]]:
@@ -352,6 +340,8 @@ class PortResult:
     report: Path | None = None
     note: str = ""
     files: dict[str, bytes | None] = field(default_factory=dict, repr=False)
+    #: ``patch: file`` pairs the line merge could not do and the definition-level merge did
+    by_definition: list[str] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
@@ -377,6 +367,7 @@ class PortResult:
             "commits": self.commits,
             "conflicts": [c.to_dict() for c in self.conflicts],
             "problems": self.problems,
+            "merged_by_definition": self.by_definition,
             "report": str(self.report) if self.report else None,
             "note": self.note or None,
         }
@@ -396,13 +387,15 @@ class PortResult:
             console.print(t)
         if self.conflicts:
             t = Table(title="conflicts", title_justify="left")
-            for col in ("patch", "file", "line", "hunk"):
+            for col in ("patch", "file", "definition", "line", "hunk"):
                 t.add_column(col)
             for k in self.conflicts:
-                t.add_row(k.patch, k.file, str(k.line), k.hunk or "?")
+                t.add_row(k.patch, k.file, k.definition or "-", str(k.line), k.hunk or "?")
             console.print(t)
         for p in self.problems:
             console.print(f"[red]problem[/red]: {p}")
+        for m in self.by_definition:
+            console.print(f"merged by definition (the line merge conflicted): {m}")
         if self.note:
             console.print(self.note)
         if self.status == "ported":
@@ -433,7 +426,8 @@ def _write_report(result: PortResult, report_dir: Path | None) -> Path:
             "",
             f"- patch subject: {c.subject}",
             f"- hunk: `{c.hunk or 'unknown'}`",
-            f"- line {c.line} of the merged file",
+            *([f"- definition: `{c.definition}` ({c.reason}); line {c.line} of the fork's file"]
+              if c.definition else [f"- line {c.line} of the merged file"]),
             "",
             "### target (fork) side",
             "```python",
@@ -520,8 +514,13 @@ def port_series(
     report_dir: Path | None = None,
     dry_run: bool = False,
     create_branch: bool = True,
+    merge: Callable[..., MergeOutcome] = merge_file,
 ) -> PortResult:
-    """3-way port the series onto ``base`` in ``repo`` (see the module docstring)."""
+    """3-way port the series onto ``base`` in ``repo`` (see the module docstring).
+
+    ``merge`` merges one file (``merge_file``'s signature): the line merge, then the
+    definition-level merge where that conflicts; the drift benchmark passes the alternatives.
+    """
     repo = Path(repo)
     series = series or load_series()
     target = series.targets.get(alias)
@@ -571,54 +570,11 @@ def port_series(
 
     release_files = _release_file_map(src.release, files)
     steps = series_steps(release_files, variant)
-    prev = dict(release_files)
-    cur: dict[str, bytes | None] = dict(fork)
-    per_patch: list[dict[str, bytes | None]] = []
     labels = (f"target {base_sha[:12]}", f"vllm {src.release}", f"vllm {src.release} + {variant.name}")
-    for step in steps:
-        changed: dict[str, bytes | None] = {}
-        for path, after in step.after.items():
-            before = prev.get(path)
-            if before == after:
-                continue
-            mine = cur.get(path)
-            if path not in cur:
-                mine = ours_at([path])[path]
-            if mine == before:
-                new = after
-            elif mine == after:
-                new = mine
-            elif mine is None or before is None or after is None:
-                result.conflicts.append(Conflict(
-                    step.file, step.subject, path, len(result.conflicts) + 1, 0, None,
-                    "(missing)" if mine is None else "(present)",
-                    "(missing)" if before is None else "(present)",
-                    "(deleted)" if after is None else "(created)"))
-                continue
-            else:
-                merged, n = _merge(mine, before, after, labels)
-                if n:
-                    text = merged.decode("utf-8", "replace")
-                    base_text = before.decode("utf-8", "replace")
-                    for line, o, b, t in _conflict_regions(text):
-                        result.conflicts.append(Conflict(
-                            step.file, step.subject, path, len(result.conflicts) + 1, line,
-                            _hunk_for(variant, step.file, path, b, base_text), o, b, t))
-                    continue
-                new = merged
-            changed[path] = new
-        cur.update(changed)
-        per_patch.append(changed)
-        prev = dict(step.after)
-
+    cur, per_patch = _merge_steps(result, variant, steps, release_files, fork, ours_at, labels,
+                                  merge)
     if not result.conflicts:
-        result.problems += _compile_problems({p: cur.get(p) for p in files})
-        for p in variant.patches:
-            for m in p.applied_markers:
-                data = cur.get(m.file)
-                if data is None or m.text not in data.decode("utf-8", "replace"):
-                    result.problems.append(
-                        f"{p.file}: applied-marker {m.text!r} missing from {m.file} after merging")
+        result.problems += _result_problems(variant, files, release_files, fork, cur)
     result.files = {p: cur.get(p) for p in files}
     if result.conflicts or result.problems:
         result.status = "conflict"
@@ -634,6 +590,88 @@ def port_series(
         run_git(["update-ref", "-m", f"sm120kit: 3-way port of {variant.name}",
                  f"refs/heads/{into}", commits[-1], ""], repo)
     return result
+
+
+def _result_problems(variant: Variant, files: list[str], release: dict[str, bytes | None],
+                     fork: dict[str, bytes | None], cur: dict[str, bytes | None]) -> list[str]:
+    """Checked on the merged files: they compile, carry every applied marker of the series and
+    keep every definition the fork added."""
+    out = _compile_problems({p: cur.get(p) for p in files})
+    for p in variant.patches:
+        for m in p.applied_markers:
+            data = cur.get(m.file)
+            if data is None or m.text not in data.decode("utf-8", "replace"):
+                out.append(f"{p.file}: applied-marker {m.text!r} missing from {m.file} after merging")
+    for f in files:
+        for name in fork_only_missing(release.get(f), fork.get(f), cur.get(f)):
+            out.append(f"{f}: the fork's definition {name} is missing after merging")
+    return out
+
+
+def _merge_steps(
+    result: PortResult,
+    variant: Variant,
+    steps: list[PatchStep],
+    release_files: dict[str, bytes | None],
+    fork: dict[str, bytes | None],
+    ours_at: Callable[[list[str]], dict[str, bytes | None]],
+    labels: tuple[str, str, str],
+    merge: Callable[..., MergeOutcome],
+) -> tuple[dict[str, bytes | None], list[dict[str, bytes | None]]]:
+    """Merge every patch into the fork's files, file by file: (files at the end, per-patch
+    changes); conflicts and problems go into ``result``."""
+    prev = dict(release_files)
+    cur: dict[str, bytes | None] = dict(fork)
+    per_patch: list[dict[str, bytes | None]] = []
+    for n, step in enumerate(steps):
+        changed: dict[str, bytes | None] = {}
+        for path, after in step.after.items():
+            before = prev.get(path)
+            if before == after:
+                continue
+            mine = cur[path] if path in cur else ours_at([path])[path]
+            if mine == before or mine == after:
+                changed[path] = after if mine == before else mine
+                continue
+            if mine is None or before is None or after is None:
+                result.conflicts.append(Conflict(
+                    step.file, step.subject, path, len(result.conflicts) + 1, 0, None,
+                    "(missing)" if mine is None else "(present)",
+                    "(missing)" if before is None else "(present)",
+                    "(deleted)" if after is None else "(created)"))
+                continue
+            markers = [m.text for p in variant.patches[: n + 1] for m in p.applied_markers
+                       if m.file == path]
+            out = merge(mine, before, after, path=path, labels=labels, markers=markers)
+            if out.merged is None:
+                _record_conflicts(result, variant, step, path, out, before)
+                continue
+            if out.method == "definition":
+                result.by_definition.append(f"{step.file}: {path}")
+            changed[path] = out.merged
+        cur.update(changed)
+        per_patch.append(changed)
+        prev = dict(step.after)
+    return cur, per_patch
+
+
+def _record_conflicts(result: PortResult, variant: Variant, step: PatchStep, path: str,
+                      out: MergeOutcome, before: bytes) -> None:
+    base_text = before.decode("utf-8", "replace")
+    for d in out.conflicts:
+        result.conflicts.append(Conflict(
+            step.file, step.subject, path, len(result.conflicts) + 1, d.line,
+            _hunk_for(variant, step.file, path, d.base, base_text), d.ours, d.base, d.theirs,
+            d.definition, d.reason))
+    if not out.conflicts:
+        for line, o, b, t in _conflict_regions(out.line_merged):
+            result.conflicts.append(Conflict(
+                step.file, step.subject, path, len(result.conflicts) + 1, line,
+                _hunk_for(variant, step.file, path, b, base_text), o, b, t))
+    for p in out.problems:
+        result.problems.append(f"{step.file}: {p}")
+    if not out.conflicts and not out.problems and not out.line_merged:
+        result.problems.append(f"{step.file}: {path} could not be merged")
 
 
 def _commit_steps(repo: Path, base_sha: str, steps: list[PatchStep],
