@@ -66,6 +66,55 @@ def _render_attach(tb: Path, res: Any, procs: list[Any], as_json: bool) -> None:
     con.print(f"bundle: {tb}")
 
 
+def _ray_options(ray_addr: str, classes: tuple[str, ...], no_local: bool, attach: str | None,
+                 command: tuple[str, ...]) -> tuple[Any, tuple[str, ...]]:
+    if attach is not None:
+        raise UserError("--ray and --attach are exclusive",
+                        hint="--ray covers every node, this one included")
+    from sm120kit.collect.ray_cluster import DEFAULT_WORKER_CLASSES, RayOptions, import_ray
+
+    import_ray()
+    if command and ray_addr == "auto" and len(command) == 1 and ":" in command[0]:
+        ray_addr, command = command[0], ()  # `--ray -o DIR HOST:PORT`
+    return RayOptions(address=None if ray_addr == "auto" else ray_addr,
+                      worker_classes=tuple(classes) or DEFAULT_WORKER_CLASSES,
+                      discover_local=not no_local), command
+
+
+def _collect_ray(ropts: Any, out_dir: Path, deadline: float, sample_gap: float, stacks: str,
+                 no_doctor: bool, no_redact: bool, host_map: Path | None, as_json: bool) -> int:
+    from sm120kit.collect.ray_cluster import collect_ray
+    from sm120kit.collect.snapshot import Options
+    from sm120kit.report import console, dump_json
+
+    opts = Options(deadline_s=deadline, sample_gap_s=sample_gap,
+                   stack_method="py-spy" if stacks == "auto" else stacks, doctor=not no_doctor)
+    con = console(stderr=True)
+    res = collect_ray(out_dir, ropts, deadline_s=deadline, redact=not no_redact,
+                      host_map_file=host_map, options=opts,
+                      on_event=None if as_json else lambda m: con.print(f"[dim]{m}[/dim]"))
+    nodes: list[dict[str, Any]] = [
+        {"node": oc.folder, "status": oc.status, "seconds": oc.seconds, "error": oc.error,
+         "workers": oc.workers} for oc in res.nodes]
+    if as_json:
+        dump_json("collect", {"status": "collected", "mode": "ray", "bundle": str(res.tarball),
+                              "seconds": res.seconds, "nodes": nodes, "verdict": res.verdict})
+        return ExitCode.OK
+    from rich.table import Table
+
+    t = Table(title="nodes")
+    for c in ("node", "status", "seconds", "workers", "error"):
+        t.add_column(c)
+    for n in nodes:
+        t.add_row(str(n["node"]), str(n["status"]), f"{n['seconds']:.1f}",
+                  str(len(n["workers"])), str(n["error"] or ""))
+    con.print(t)
+    for v in res.verdict:
+        con.print(f"  - {v}")
+    con.print(f"bundle: {res.tarball} ({res.seconds:.1f}s)")
+    return ExitCode.OK
+
+
 @click.command(
     "collect",
     context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
@@ -76,6 +125,17 @@ def _render_attach(tb: Path, res: Any, procs: list[Any], as_json: bool) -> None:
               metavar="[PID]",
               help="Snapshot a running vLLM now: its PID (API server, engine core or a worker), "
               "or no value to search all processes for vLLM titles. Never kills anything.")
+@click.option("--ray", "ray_addr", is_flag=False, flag_value="auto", default=None,
+              metavar="[ADDRESS]",
+              help="Collect from every node of a Ray cluster (vLLM's Ray executor): its GCS "
+              "address, or no value for `auto` (RAY_ADDRESS / the local node's cluster). Alone: "
+              "snapshot now; with `-- vllm serve ...`: gather all nodes at a stall. Needs "
+              "sm120kit[ray] on every node.")
+@click.option("--ray-worker-class", "ray_classes", multiple=True, metavar="CLASS",
+              help="Ray actor class of the vLLM workers (repeatable; default: RayWorkerProc, "
+              "RayWorkerWrapper).")
+@click.option("--no-ray-local", is_flag=True,
+              help="With --ray: do not also snapshot vLLM processes found by title on this node.")
 @click.option("--stall-timeout", type=float, default=120.0, show_default=True,
               help="Seconds without output or phase change that count as a stall.")
 @click.option("--until-ready", is_flag=True,
@@ -111,6 +171,7 @@ def collect_cmd(
     no_redact: bool, host_map: Path | None, always_bundle: bool, keep_running: bool, stacks: str,
     no_diag_env: bool, no_doctor: bool, sample_gap: float, patience: tuple[str, ...],
     no_progress: bool, status_every: float, as_json: bool, command: tuple[str, ...],
+    ray_addr: str | None = None, ray_classes: tuple[str, ...] = (), no_ray_local: bool = False,
 ) -> int:
     """Supervise `-- vllm serve ...` and bundle the evidence of a stall, or `--attach [PID]`.
 
@@ -118,9 +179,17 @@ def collect_cmd(
     sm120kit collect --until-ready -- vllm serve MODEL --decode-context-parallel-size 8 ...
     sm120kit collect --attach            # find VLLM::* processes and snapshot them
     sm120kit collect --attach 12345      # a worker or API server pid
+    sm120kit collect --ray               # every node of the local Ray cluster, now
+    sm120kit collect --ray -- vllm serve MODEL --distributed-executor-backend ray ...
     """
     if stall_timeout <= 0 or deadline <= 0:
         raise UserError("--stall-timeout and --deadline must be positive")
+    ray_opts = None
+    if ray_addr is not None:
+        ray_opts, command = _ray_options(ray_addr, ray_classes, no_ray_local, attach, command)
+        if not command:
+            return _collect_ray(ray_opts, out_dir, deadline, sample_gap, stacks, no_doctor,
+                                no_redact, host_map, as_json)
     if attach is not None:
         pid: int | None = None
         if command and attach == "search" and len(command) == 1 and command[0].isdigit():
@@ -164,6 +233,11 @@ def collect_cmd(
         doctor=not no_doctor, stdout_to_stderr=as_json, progress=not no_progress,
         patience=parse_patience(patience), status_every_s=status_every,
     )
+    if ray_opts is not None:
+        from sm120kit.collect.ray_cluster import remote_gather
+
+        ray_opts.discover_local = False  # the supervisor snapshots its own tree
+        lo.remote = remote_gather(ray_opts, redact=not no_redact)
     lres = launch(argv, lo)
     _render_launch(lres, as_json)
     return int(lres.exit_code)

@@ -114,6 +114,8 @@ def render_human(res: DiagnoseResult, max_ranks: int = 16) -> None:
             line = "  ".join(cells + [last]).rstrip()
             con.print(f"[dim]{escape(line)}[/dim]" if k == 0 else escape(line), no_wrap=True,
                       crop=True)
+    for line in node_lines(res):
+        con.print(escape(line), no_wrap=True, crop=True)
     if not res.findings:
         con.print("[green]no findings[/green]")
     for i, f in enumerate(res.findings, 1):
@@ -125,6 +127,22 @@ def render_human(res: DiagnoseResult, max_ranks: int = 16) -> None:
             con.print(f"   [cyan]fix:[/cyan] {escape(f.fix)}" + (f" ({f.link})" if f.link else ""))
     for n in res.notes[:10]:
         con.print(f"[yellow]note:[/yellow] {escape(n)}")
+
+
+def node_lines(res: DiagnoseResult) -> list[str]:
+    """Multi-node bundles: one line per node, then one per rank on it (where it stopped)."""
+    out: list[str] = []
+    if res.nodes:
+        out.append(f"nodes ({len(res.nodes)}): ranks across nodes")
+    for n in res.nodes:
+        err = f" — {n['error']}" if n.get("error") else ""
+        out.append(f"  node {n['node']}{' (head)' if n.get('is_head') else ''}: "
+                   f"{n.get('status')}{err}")
+        for r in n["ranks"]:
+            out.append(f"    rank {'' if r.get('rank') is None else r['rank']:<3} "
+                       f"{r.get('label') or ''}  pid {r.get('pid')}  {r.get('state') or ''}  "
+                       f"{r.get('where') or ''}")
+    return out
 
 
 def render_markdown(res: DiagnoseResult, max_ranks: int = 16) -> str:
@@ -146,6 +164,14 @@ def render_markdown(res: DiagnoseResult, max_ranks: int = 16) -> str:
                 "|---|---|---|---|---|---|---|"]
         for row in _rank_rows(res, max_ranks):
             out.append("| " + " | ".join(cell(x) for x in row) + " |")
+    if res.nodes:
+        out += ["", "| node | status | rank | process | pid | state | stopped at |",
+                "|---|---|---|---|---|---|---|"]
+        for n in res.nodes:
+            for r in n["ranks"] or [{}]:
+                out.append("| " + " | ".join(cell(x) for x in (
+                    n["node"], n.get("status") or "", r.get("rank", ""), r.get("label", ""),
+                    r.get("pid", ""), r.get("state") or "", r.get("where") or "")) + " |")
     out += ["", "### Findings" if res.findings else "No findings."]
     for i, f in enumerate(res.findings, 1):
         out.append(f"{i}. **{f.category}** ({f.rule}, confidence {f.confidence:.2f}): "

@@ -103,6 +103,9 @@ class LaunchOptions:
     progress_interval_s: float = 1.0
     patience: dict[str, float] = field(default_factory=dict)  # overrides of LONG_PHASES
     status_every_s: float = 30.0       # live status line while the output is quiet
+    #: gathers other hosts into the bundle at a stall (``collect --ray``): called with (bundle,
+    #: context, options, monotonic deadline), returns verdict lines; runs beside the snapshot
+    remote: Callable[[Bundle, CollectContext, Options, float], list[str]] | None = None
 
 
 @dataclass
@@ -680,9 +683,14 @@ class LaunchSupervisor:
         opts = self._options()
         procs = self.live_procs() if live else []
         res: Result | None = None
+        remote = self._start_remote(ctx, opts, t_detect) if live else None
         try:
             if procs:
                 res = snapshot(self.bundle, procs, ctx, opts)
+            if remote is not None:
+                remote[0].join(max(0.0, t_detect + opts.deadline_s - time.monotonic()) + 3.0)
+                if res is not None:
+                    res.verdict += remote[1]
             else:
                 write_processes(self.bundle, list(self.known.values()), ctx)
         except KeyboardInterrupt:
@@ -693,6 +701,23 @@ class LaunchSupervisor:
             tb = finalize(self.bundle, procs or list(self.known.values()), ctx, res, opts)
             self.detect_to_bundle_s = round(time.monotonic() - t_detect, 3)
         return tb, res
+
+    def _start_remote(self, ctx: CollectContext, opts: Options, t0: float
+                      ) -> tuple[threading.Thread, list[str]] | None:
+        hook = self.opts.remote
+        if hook is None:
+            return None
+        lines: list[str] = []
+
+        def run() -> None:
+            try:
+                lines.extend(hook(self.bundle, ctx, opts, t0 + opts.deadline_s))
+            except Exception as exc:  # the other hosts are extra evidence, never fatal
+                ctx.notes.append(f"gathering the other hosts failed: {type(exc).__name__}: {exc}")
+
+        th = threading.Thread(target=run, name="collect-remote", daemon=True)
+        th.start()
+        return th, lines
 
     def _close_logs(self) -> None:
         with self.lock:

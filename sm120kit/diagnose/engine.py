@@ -42,6 +42,7 @@ class DiagnoseResult:
     stalls: dict[str, Any] = field(default_factory=dict)
     kv_capacity: dict[str, Any] | None = None
     nccl_diag: dict[str, Any] | None = None
+    nodes: list[dict[str, Any]] = field(default_factory=list)  # multi-node bundles
 
     @property
     def exit_code(self) -> int:
@@ -58,6 +59,7 @@ class DiagnoseResult:
             "phases": self.phases,
             "findings": [f.to_dict() for f in self.findings],
             "stalls": self.stalls,
+            "nodes": self.nodes,
             "sources": self.sources,
             "notes": self.notes,
             "kv_capacity": self.kv_capacity,
@@ -149,19 +151,43 @@ def _faulthandler_view(name: str, text: str, analysis: dict[str, Any]) -> StackV
 
 
 def load_bundle_facts(br: BundleReader) -> BundleFacts:
+    """The facts of a bundle; a multi-node bundle (``collect --ray``) adds every
+    ``nodes/<id>/`` folder, each stack tagged with its node."""
     bf = BundleFacts()
     man = br.read_json("manifest.json")
     if isinstance(man, dict):
         cols = man.get("collectors") or man.get("records") or []
         if isinstance(cols, list):
             bf.collectors = [c for c in cols if isinstance(c, dict)]
-    procs = br.read_json("processes.json")
-    bf.processes = procs if isinstance(procs, dict) else {}
-    an = br.read_json("stacks/analysis.json")
+        ray = man.get("ray")
+        nodes = ray.get("nodes") if isinstance(ray, dict) else None
+        if isinstance(nodes, list):
+            bf.nodes = [n for n in nodes if isinstance(n, dict)]
+    _load_host(br, bf, "", None)
+    for folder in node_folders(br):
+        _load_host(br, bf, folder + "/", folder.split("/", 1)[1])
+    return bf
+
+
+def node_folders(br: BundleReader) -> list[str]:
+    """``nodes/<id>`` folders of a multi-node bundle that hold a node's files."""
+    return sorted({"/".join(n.split("/", 2)[:2]) for n in br.names("nodes/") if n.count("/") >= 2})
+
+
+def _load_stacks(br: BundleReader, bf: BundleFacts, pre: str, node: str | None
+                 ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``processes.json`` and the first stack sample of every process under ``pre``."""
+    p0 = br.read_json(pre + "processes.json")
+    procs = p0 if isinstance(p0, dict) else {}
+    if node is None:
+        bf.processes = procs
+    else:
+        bf.processes.update({f"{node}:{k}": v for k, v in procs.items()})
+    an = br.read_json(pre + "stacks/analysis.json")
     analysis = an.get("processes", {}) if isinstance(an, dict) else {}
     analysis = analysis if isinstance(analysis, dict) else {}
-    for name in br.names("stacks/"):
-        stem = name[len("stacks/"):]
+    for name in br.names(pre + "stacks/"):
+        stem = name[len(pre + "stacks/"):]
         if not stem.endswith(".json") or "/" in stem:
             continue
         pid_s = stem[:-5]
@@ -172,16 +198,28 @@ def load_bundle_facts(br: BundleReader) -> BundleFacts:
             body = {"threads": body}
         if not isinstance(body, dict):
             continue
-        sv = _stack_view(int(pid_s), body, name, bf.processes, analysis)
+        sv = _stack_view(int(pid_s), body, name, procs, analysis)
         if sv is not None:
+            sv.node = node
             bf.stacks.append(sv)
-    nv = br.read_json("nvml.json")
+    return procs, analysis
+
+
+def _load_host(br: BundleReader, bf: BundleFacts, pre: str, node: str | None) -> None:
+    """One host's files under ``pre`` (``""`` for a one-host bundle)."""
+    if node is not None:
+        man = br.read_json(pre + "manifest.json")
+        cols = man.get("collectors") if isinstance(man, dict) else None
+        bf.collectors += [{**c, "name": f"{node}:{c.get('name')}"}
+                          for c in cols or [] if isinstance(c, dict)]
+    _procs, analysis = _load_stacks(br, bf, pre, node)
+    nv = br.read_json(pre + "nvml.json")
     if isinstance(nv, dict):
         samples = nv.get("samples")
         if not isinstance(samples, list):
             samples = [nv]
-        bf.nvml = [s for s in samples if isinstance(s, dict)]
-    for name in br.names("ras/"):
+        bf.nvml += [s for s in samples if isinstance(s, dict)]
+    for name in br.names(pre + "ras/"):
         if name.endswith(".txt"):
             t = br.read_text(name, cap=4 << 20)
             if t:
@@ -190,25 +228,29 @@ def load_bundle_facts(br: BundleReader) -> BundleFacts:
             j = br.read_json(name, cap=16 << 20)
             if isinstance(j, dict):
                 bf.ras_json.append((name, j))
-    for name in br.names("vllm-watchdog/"):
+    for name in br.names(pre + "vllm-watchdog/"):
         t = br.read_text(name, cap=4 << 20)
         sv = _faulthandler_view(name, t or "", analysis)
-        if sv is not None and not any(s.pid == sv.pid for s in bf.stacks):
+        if sv is not None and not any(s.pid == sv.pid and s.node == node for s in bf.stacks):
+            sv.node = node
             bf.stacks.append(sv)
-    fl = br.read_json("flight/index.json")
-    bf.flight = fl if isinstance(fl, dict) else None
-    for name in br.names("flight/"):
+    fl = br.read_json(pre + "flight/index.json")
+    if isinstance(fl, dict) and (bf.flight is None or fl.get("groups")):
+        bf.flight = fl
+    for name in br.names(pre + "flight/"):
         if name.endswith(("analysis.txt", ".out", "-analysis.txt")):
             t = br.read_text(name, cap=4 << 20)
             if t:
                 bf.flight_text.append((name, t))
-    doc = br.read_json("doctor.json")
-    bf.doctor = doc if isinstance(doc, dict) else None
-    tl = br.read_json("timeline.json")
-    bf.timeline = tl if isinstance(tl, dict) else None
-    env = br.read_json("env.json")
-    bf.env = env if isinstance(env, dict) else {}
-    return bf
+    doc = br.read_json(pre + "doctor.json")
+    if isinstance(doc, dict) and bf.doctor is None:
+        bf.doctor = doc
+    tl = br.read_json(pre + "timeline.json")
+    if isinstance(tl, dict) and bf.timeline is None:
+        bf.timeline = tl
+    env = br.read_json(pre + "env.json")
+    if isinstance(env, dict) and not bf.env:
+        bf.env = env
 
 
 # --- main entry ------------------------------------------------------------------------------
@@ -271,6 +313,8 @@ def diagnose(paths: list[Path | str], *, config: str | Path | None = None,
                         _feed(an, name, fh, notes)
                 if bundle and not any(n.startswith("logs/") for n in members):
                     _feed_tails(an, br)
+                for folder in node_folders(br) if bundle else []:
+                    _feed_tails(an, br, folder + "/")
         elif p.is_file():
             kinds.add("log")
             try:
@@ -308,15 +352,16 @@ def _model_config(path: str | Path) -> dict[str, Any]:
                         hint="pass the model's config.json or its directory") from None
 
 
-def _feed_tails(an: LogAnalysis, br: BundleReader) -> None:
-    """Attach-mode bundles have no child output, only ``logs/tail.json`` (source → lines)."""
-    tails = br.read_json("logs/tail.json")
+def _feed_tails(an: LogAnalysis, br: BundleReader, pre: str = "") -> None:
+    """Attach-mode bundles have no child output, only ``logs/tail.json`` (source → lines); a
+    multi-node bundle has one per node (``nodes/<id>/logs/tail.json``)."""
+    tails = br.read_json(pre + "logs/tail.json")
     if not isinstance(tails, dict):
         return
     for src, lines in tails.items():
         if isinstance(lines, list):
-            an.feed_lines(f"logs/tail.json:{src}", [x for x in lines if isinstance(x, str)])
-            an.sources.append({"source": f"logs/tail.json:{src}", "bytes": 0,
+            an.feed_lines(f"{pre}logs/tail.json:{src}", [x for x in lines if isinstance(x, str)])
+            an.sources.append({"source": f"{pre}logs/tail.json:{src}", "bytes": 0,
                                "lines": len(lines), "long_lines": 0, "nccl_lines_skipped": 0})
 
 
@@ -393,8 +438,8 @@ def _result(inputs: list[str], kind: str, an: LogAnalysis, facts: BundleFacts | 
         "nccl_warning_lines": [e.to_dict() for e in an.nccl_warns[:5]],
         "nccl_transports": {k: sorted(v) for k, v in an.transports.items()},
         "nccl_env": an.nccl_env,
-        "stacks": [{"pid": s.pid, "label": s.label, "rank": s.rank, "top": s.top,
-                    "collective": s.collective, "sync": s.sync, "state": s.state}
+        "stacks": [{"node": s.node, "pid": s.pid, "label": s.label, "rank": s.rank,
+                    "top": s.top, "collective": s.collective, "sync": s.sync, "state": s.state}
                    for s in (facts.stacks if facts else [])],
     }
     if findings:
@@ -405,4 +450,22 @@ def _result(inputs: list[str], kind: str, an: LogAnalysis, facts: BundleFacts | 
         verdict = f"no problem found (last phase: {last})"
     return DiagnoseResult(inputs=inputs, kind=kind, verdict=verdict, versions=versions,
                           config=dict(an.vs.config), ranks=ranks, phases=phases,
-                          findings=findings, notes=notes, sources=an.sources, stalls=stalls)
+                          findings=findings, notes=notes, sources=an.sources, stalls=stalls,
+                          nodes=node_table(facts) if facts is not None else [])
+
+
+def node_table(facts: BundleFacts) -> list[dict[str, Any]]:
+    """Multi-node bundles: per node its status and its ranks (where each one stopped)."""
+    if not facts.nodes:
+        return []
+    out = []
+    for n in facts.nodes:
+        node = str(n.get("folder", "")).split("/", 1)[-1]
+        ranks = [{"rank": s.rank, "label": s.label, "pid": s.pid, "state": s.state,
+                  "where": s.collective or s.sync or s.top}
+                 for s in sorted(facts.stacks, key=lambda s: (s.rank is None, s.rank or 0, s.pid))
+                 if s.node == node and (s.role in ("worker", "warmup-rank") or s.rank is not None)]
+        out.append({"node": node, "status": n.get("status"), "host": n.get("hostname"),
+                    "is_head": n.get("is_head"), "error": n.get("error"),
+                    "workers": n.get("workers") or [], "ranks": ranks})
+    return out

@@ -317,6 +317,8 @@ class BundleReader:
         else:
             out += logs
         out += [n for n in self.names("nccl/")]
+        # multi-node bundles (collect --ray): every node's NCCL debug files
+        out += [n for n in self.names("nodes/") if n.split("/")[2:3] == ["nccl"]]
         return out
 
     def close(self) -> None:

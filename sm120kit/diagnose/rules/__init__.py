@@ -9,6 +9,7 @@ from __future__ import annotations
 from sm120kit.diagnose.rules import (
     collective_not_started,
     config_invalid,
+    cross_node,
     dcp_cudagraph,
     dcp_not_engaged,
     dcp_unsupported,
@@ -49,6 +50,8 @@ RULES: tuple[Rule, ...] = (
     ras_state.RULE,
     dcp_warmup.RULE,
     timeout_too_short.RULE,
+    cross_node.RULE,
+    cross_node.LOST,
     stack_asymmetry.RULE,
     collective_not_started.RULE,
     kernel_hang.RULE,

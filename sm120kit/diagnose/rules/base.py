@@ -47,6 +47,7 @@ class StackView:
     sync: str | None = None
     frames: list[str] = field(default_factory=list)  # "func (file:line)", innermost first
     source: str = ""
+    node: str | None = None  # the Ray node folder (``nodes/<id>/``) of a multi-node bundle
 
     @property
     def waiting(self) -> bool:
@@ -67,6 +68,9 @@ class BundleFacts:
     processes: dict[str, Any] = field(default_factory=dict)
     collectors: list[dict[str, Any]] = field(default_factory=list)
     env: dict[str, Any] = field(default_factory=dict)
+    #: multi-node (``collect --ray``) bundles: the manifest's per-node records (folder, status,
+    #: error, workers, collectors); empty for one host
+    nodes: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass

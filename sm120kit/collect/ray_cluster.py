@@ -1,0 +1,639 @@
+"""Collect across the nodes of a Ray cluster (vLLM's ``--distributed-executor-backend ray``).
+
+``sm120kit collect --ray [ADDRESS]`` connects to the running cluster as a Ray driver, lists the
+nodes and vLLM's worker actors (class ``RayWorkerProc`` in vLLM's Ray executor V2, 0.24+, actor
+names ``vllm_Worker_<instance>_TP<t>[_PP<p>][_PCP<c>]``; ``RayWorkerWrapper`` in the older
+executor) through Ray's state API (the GCS actor table when the cluster runs without a dashboard),
+and runs :func:`node_snapshot` on every node as a Ray task pinned there (node-affinity scheduling,
+``soft=False``, no CPU reserved, no retries). Each task runs the same per-host collectors as
+``--attach`` (py-spy twice plus ``--native``, NVML, NCCL RAS, Flight Recorder, the workers' Ray
+log tails, doctor tiers 0-1, host facts) under the same per-collector timeouts and what is left
+of ``--deadline``, redacts secrets on the node, and returns its files through Ray. The head writes
+them into ONE bundle, ``nodes/<node-id-prefix>/...`` per node (every text file passes the head's
+redactor again, so host obfuscation uses one map for all nodes), plus ``ray/cluster.json`` and a
+manifest whose ``nodes`` list records each node's status (``ok``, ``error``, ``timeout``,
+``lost``) and its collectors. A node that dies or never answers is recorded, never fatal.
+
+This is the only module that imports ``ray``, and only inside functions: every other command works
+without it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from sm120kit.collect.bundle_writer import Bundle, CollectorRecord, iso
+from sm120kit.collect.snapshot import (
+    CollectContext,
+    Options,
+    env_hints,
+    finalize,
+    snapshot,
+)
+from sm120kit.errors import UserError
+from sm120kit.evidence.procs import Proc, describe, discover
+from sm120kit.evidence.redact import Redactor
+
+#: vLLM's Ray worker actor classes: ``RayWorkerProc`` (v1 ``ray_executor_v2.py``, vLLM 0.24+)
+#: and ``RayWorkerWrapper`` (v1 ``ray_utils.py``, the executor before V2, up to 0.32).
+DEFAULT_WORKER_CLASSES: tuple[str, ...] = ("RayWorkerProc", "RayWorkerWrapper")
+PIP_HINT = "pip install 'sm120kit[ray]'  (Ray's client; the cluster's Ray version must match)"
+
+NodeStatus = Literal["ok", "error", "timeout", "lost"]
+_RANK_IN_NAME = re.compile(r"_(TP|PP|PCP|DCP|DP|EP)(\d+)")
+_BINARY_SUFFIX = (".json", ".txt", ".md", ".log", ".out", ".err")
+
+
+def import_ray() -> Any:
+    """``ray``, or one clear error (exit 2) with the pip hint when it is not installed."""
+    try:
+        import ray
+    except ImportError:
+        raise UserError("--ray needs the `ray` package, which is not installed",
+                        hint=PIP_HINT) from None
+    return ray
+
+
+# --- what the cluster looks like -------------------------------------------------------------
+@dataclass
+class RayNode:
+    node_id: str
+    ip: str
+    hostname: str
+    alive: bool
+    is_head: bool = False
+
+    @property
+    def folder(self) -> str:
+        return f"nodes/{self.node_id[:12]}"
+
+
+@dataclass
+class RayWorker:
+    actor_id: str
+    class_name: str
+    name: str | None
+    pid: int | None
+    node_id: str | None
+    state: str
+    ranks: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def rank(self) -> int | None:
+        """The tensor-parallel rank named by the actor (vLLM's ``build_actor_name``)."""
+        for k in ("TP", "DCP", "PCP", "PP", "DP", "EP"):
+            if k in self.ranks:
+                return self.ranks[k]
+        return None
+
+    @property
+    def label(self) -> str:
+        return self.name or f"{self.class_name}:{self.actor_id[:8]}"
+
+
+def ranks_from_name(name: str | None) -> dict[str, int]:
+    """``vllm_Worker_ab12_TP3_PP1`` → ``{'TP': 3, 'PP': 1}``."""
+    return {k: int(v) for k, v in _RANK_IN_NAME.findall(name or "")}
+
+
+def _probe(address: str, timeout: float = 5.0) -> None:
+    """Fail fast on an unreachable ``HOST:PORT`` (``ray.init`` itself retries for minutes)."""
+    host, _, port = address.rpartition(":")
+    if "://" in address or not host or not port.isdigit():
+        return
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            pass
+    except OSError as exc:
+        raise UserError(f"cannot reach the Ray GCS at {address}: {exc.strerror or exc}",
+                        hint="pass the head's GCS address (`ray status` on the head shows it), "
+                        "e.g. sm120kit collect --ray HEAD_IP:6379") from None
+
+
+def connect(address: str | None) -> Any:
+    """Join the cluster as a driver (``auto``: ``RAY_ADDRESS`` or the local node's cluster)."""
+    ray = import_ray()
+    if ray.is_initialized():
+        return ray
+    target = address or os.environ.get("RAY_ADDRESS") or "auto"
+    if target != "auto":
+        _probe(target)
+    try:
+        ray.init(address=target, logging_level="WARNING", log_to_driver=False,
+                 namespace="sm120kit-collect")
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(f"cannot connect to the Ray cluster at {target}: {first}",
+                        hint="pass the head's GCS address: sm120kit collect --ray HEAD_IP:6379 "
+                        "(see `ray status`)") from None
+    return ray
+
+
+def list_nodes(ray: Any) -> list[RayNode]:
+    out = []
+    for n in ray.nodes():
+        res = n.get("Resources") or {}
+        out.append(RayNode(node_id=str(n["NodeID"]), ip=str(n.get("NodeManagerAddress") or ""),
+                           hostname=str(n.get("NodeManagerHostname") or ""),
+                           alive=bool(n.get("Alive")),
+                           is_head="node:__internal_head__" in res))
+    return out
+
+
+def list_workers(worker_classes: tuple[str, ...], timeout: int = 10
+                 ) -> tuple[list[RayWorker], str]:
+    """vLLM worker actors (by class name) and the source used: ``state-api`` (the dashboard's
+    state API) or ``gcs`` (the GCS actor table, when the cluster has no dashboard)."""
+    rows: list[RayWorker] = []
+    try:
+        from ray.util.state import list_actors
+
+        for a in list_actors(detail=True, limit=10000, timeout=timeout,
+                             raise_on_missing_output=False):
+            rows.append(RayWorker(actor_id=a.actor_id, class_name=a.class_name or "",
+                                  name=a.name or None, pid=a.pid, node_id=a.node_id,
+                                  state=str(a.state)))
+        source = "state-api"
+    except Exception:  # no dashboard on the cluster: the GCS table has the same fields
+        import ray._private.state as gcs_state
+
+        rows = []
+        for a in gcs_state.actors().values():
+            addr = a.get("Address") or {}
+            rows.append(RayWorker(actor_id=str(a.get("ActorID")),
+                                  class_name=str(a.get("ActorClassName") or ""),
+                                  name=a.get("Name") or None, pid=a.get("Pid") or None,
+                                  node_id=addr.get("NodeID"), state=str(a.get("State"))))
+        source = "gcs"
+    keep = [w for w in rows if w.class_name in worker_classes or
+            w.class_name.rsplit(".", 1)[-1] in worker_classes]
+    for w in keep:
+        w.ranks = ranks_from_name(w.name)
+    keep.sort(key=lambda w: (w.node_id or "", w.rank if w.rank is not None else 1 << 30))
+    return keep, source
+
+
+# --- on every node ---------------------------------------------------------------------------
+def _ray_logs_dir() -> Path | None:
+    try:
+        import ray._private.worker as rw
+
+        node = rw._global_node
+        if node is not None:
+            return Path(node.get_logs_dir_path())
+    except Exception:
+        pass
+    p = Path(tempfile.gettempdir()) / "ray" / "session_latest" / "logs"
+    return p if p.is_dir() else None
+
+
+def _worker_log_tails(workers: list[dict[str, Any]], lines: int) -> dict[str, list[str]]:
+    """The last ``lines`` of every worker actor's Ray log files (``worker-*-<pid>.out/.err``)."""
+    d = _ray_logs_dir()
+    out: dict[str, list[str]] = {}
+    if d is None:
+        return out
+    for w in workers:
+        pid = w.get("pid")
+        if not pid:
+            continue
+        for f in sorted(d.glob(f"worker-*-{pid}.*"))[:4]:
+            try:
+                with open(f, "rb") as fh:
+                    fh.seek(max(0, f.stat().st_size - 256 * 1024))
+                    text = fh.read().decode("utf-8", "replace")
+            except OSError:
+                continue
+            tail = [ln for ln in text.splitlines() if ln.strip()][-lines:]
+            if tail:
+                out[f"{w.get('label')}{f.suffix}"] = tail
+    return out
+
+
+def _node_procs(spec: dict[str, Any], ctx: CollectContext) -> list[Proc]:
+    import psutil
+
+    procs: list[Proc] = []
+    for w in spec["workers"]:
+        try:
+            d = describe(psutil.Process(int(w["pid"])), label=str(w["label"]))
+        except (psutil.Error, TypeError, ValueError):
+            d = None
+        if d is None:
+            ctx.notes.append(f"worker actor {w['label']} (pid {w['pid']}) is gone on this node")
+            continue
+        d.role, d.rank, d.is_python = "worker", w.get("rank"), True
+        procs.append(d)
+    if spec.get("discover"):
+        seen = {p.pid for p in procs}
+        procs += [p for p in discover() if p.pid not in seen and p.pid != os.getpid()]
+    return procs
+
+
+def node_snapshot(spec: dict[str, Any]) -> dict[str, Any]:
+    """Runs ON a node (a Ray task): snapshot the worker pids of ``spec`` (and, with
+    ``spec['discover']``, the node's vLLM processes found by title) into a temporary bundle with
+    the usual collectors, and return its files (secrets already redacted) and the analysis."""
+    import shutil
+
+    t0 = time.monotonic()
+    opts = Options(**spec["options"])
+    opts.deadline_s = max(1.0, float(spec["deadline_s"]))
+    ctx = CollectContext(mode="ray-node", reason=str(spec["reason"]), stall_kind=spec.get("stall_kind"))
+    tmp = Path(tempfile.mkdtemp(prefix="sm120kit-ray-node-"))
+    try:
+        bundle = Bundle.create(tmp, Redactor(enabled=bool(spec["redact"])),
+                               meta={"mode": "ray-node", "node_id": spec["node_id"]})
+        procs = _node_procs(spec, ctx)
+        ctx.logs = _worker_log_tails(spec["workers"], opts.log_tail_lines)
+        env_hints(procs, ctx, opts)
+        if not procs:
+            ctx.notes.append("no vLLM worker process on this node: host, GPU and RAS facts only")
+        res = None
+        try:
+            res = snapshot(bundle, procs, ctx, opts)
+        finally:
+            finalize(bundle, procs, ctx, res, opts)
+        files: dict[str, bytes] = {}
+        for p in sorted(bundle.root.rglob("*")):
+            if p.is_file() and not p.is_symlink() and not p.name.endswith(".part"):
+                files[str(p.relative_to(bundle.root))] = p.read_bytes()
+        return {
+            "hostname": socket.gethostname(), "pid": os.getpid(), "files": files,
+            "analysis": {str(k): v for k, v in (res.analysis if res else {}).items()},
+            "verdict": res.verdict if res else [], "collectors": [asdict(r) for r in bundle.records],
+            "processes": [p.to_dict() for p in procs], "seconds": round(time.monotonic() - t0, 3),
+        }
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# --- on the head: gather, write, judge ---------------------------------------------------------
+@dataclass
+class NodeOutcome:
+    node_id: str
+    folder: str
+    status: NodeStatus
+    seconds: float
+    ip: str = ""
+    hostname: str = ""
+    is_head: bool = False
+    error: str | None = None
+    workers: list[str] = field(default_factory=list)  # actor labels expected on the node
+    collectors: list[dict[str, Any]] = field(default_factory=list)
+    analysis: dict[str, dict[str, Any]] = field(default_factory=dict)
+    processes: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_manifest(self, red: Redactor) -> dict[str, Any]:
+        return {"node_id": self.node_id, "folder": self.folder, "status": self.status,
+                "seconds": self.seconds, "ip": red.text(self.ip), "hostname": red.text(self.hostname),
+                "is_head": self.is_head, "error": red.text(self.error) if self.error else None,
+                "workers": self.workers, "collectors": self.collectors}
+
+
+@dataclass
+class RayOptions:
+    address: str | None = None
+    worker_classes: tuple[str, ...] = DEFAULT_WORKER_CLASSES
+    discover_local: bool = True  # also snapshot vLLM processes found by title on collect's node
+    margin_s: float = 4.0  # of --deadline kept for the transfer and the head's writing
+
+
+@dataclass
+class RayCollectResult:
+    bundle_dir: Path
+    tarball: Path | None
+    nodes: list[NodeOutcome]
+    workers: list[RayWorker]
+    verdict: list[str]
+    seconds: float
+    source: str = "state-api"
+
+
+def _is_binary(rel: str, data: bytes) -> bool:
+    if rel.startswith("flight/") and not rel.endswith(_BINARY_SUFFIX):
+        return True  # Flight Recorder pickles: copied unmodified, as on one host
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    return False
+
+
+def write_node_files(bundle: Bundle, folder: str, files: dict[str, bytes]) -> int:
+    """Write one node's files under ``folder``; text passes the head's redactor."""
+    n = 0
+    for rel, data in sorted(files.items()):
+        dest = f"{folder}/{rel}"
+        if _is_binary(rel, data):
+            if len(data) <= 64 * 1024 * 1024 and not bundle.closed:
+                bundle.path(dest).write_bytes(data)
+                n += 1
+            continue
+        bundle.write_text(dest, data.decode("utf-8"), cap=max(bundle.cap, len(data) + 1024))
+        n += 1
+    return n
+
+
+def _spec(node: RayNode, workers: list[RayWorker], opts: Options, deadline_s: float,
+          ctx: CollectContext, redact: bool, discover_local: bool) -> dict[str, Any]:
+    return {
+        "node_id": node.node_id, "deadline_s": deadline_s, "redact": redact,
+        "reason": ctx.reason, "stall_kind": ctx.stall_kind, "discover": discover_local,
+        "options": {k: v for k, v in asdict(opts).items() if k != "deadline_s"},
+        "workers": [{"pid": w.pid, "label": w.label, "rank": w.rank, "class": w.class_name}
+                    for w in workers if w.node_id == node.node_id and w.pid],
+    }
+
+
+def _classify_failure(ray: Any, exc: BaseException, node: RayNode) -> tuple[NodeStatus, str]:
+    from ray import exceptions as rex
+
+    msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    lost_types = tuple(t for t in (getattr(rex, n, None) for n in (
+        "NodeDiedError", "WorkerCrashedError", "LocalRayletDiedError", "ActorDiedError",
+        "TaskUnschedulableError", "OwnerDiedError")) if isinstance(t, type))
+    if isinstance(exc, lost_types) or not _node_alive(ray, node.node_id):
+        return "lost", f"{type(exc).__name__}: {msg}"
+    if isinstance(exc, getattr(rex, "RayTaskError", ())):
+        cause = getattr(exc, "cause", None)
+        if cause is not None:
+            msg = f"{type(cause).__name__}: {cause}"
+    if "No module named 'sm120kit" in str(exc):
+        msg = "sm120kit is not installed in the Python of this node's Ray workers: " + msg
+    return "error", msg[:500]
+
+
+def _node_alive(ray: Any, node_id: str) -> bool:
+    try:
+        return any(n["NodeID"] == node_id and n.get("Alive") for n in ray.nodes())
+    except Exception:
+        return False
+
+
+def gather(ray: Any, bundle: Bundle, nodes: list[RayNode], workers: list[RayWorker],
+           opts: Options, ctx: CollectContext, *, deadline: float, redact: bool,
+           discover_node: str | None, on_event: Callable[[str], None] | None = None,
+           margin_s: float = 4.0) -> list[NodeOutcome]:
+    """Run :func:`node_snapshot` on every live node (pinned), wait until ``deadline``
+    (``time.monotonic()`` value), write each node's files into ``bundle``; never raises for a
+    node's failure."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    t0 = time.monotonic()
+    remote = ray.remote(num_cpus=0, max_retries=0)(node_snapshot)
+    node_deadline = max(1.0, deadline - t0 - margin_s)
+    outcomes: dict[str, NodeOutcome] = {}
+    pending: dict[Any, RayNode] = {}
+    for n in nodes:
+        bundle.redactor.add_host(n.hostname)
+        bundle.redactor.add_host(n.ip)
+        oc = NodeOutcome(n.node_id, n.folder, "lost", 0.0, ip=n.ip, hostname=n.hostname,
+                         is_head=n.is_head, workers=[w.label for w in workers
+                                                     if w.node_id == n.node_id])
+        outcomes[n.node_id] = oc
+        if not n.alive:
+            oc.error = "node is dead in the cluster table (not collected)"
+            continue
+        spec = _spec(n, workers, opts, node_deadline, ctx, redact, n.node_id == discover_node)
+        ref = remote.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(n.node_id, soft=False),
+            name=f"sm120kit-collect-{n.node_id[:12]}").remote(spec)
+        pending[ref] = n
+    if on_event:
+        on_event(f"collecting from {len(pending)} node(s) ({len(workers)} vLLM worker actors)")
+    while pending:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        ready, _ = ray.wait(list(pending), num_returns=1, timeout=left)
+        for ref in ready:
+            n = pending.pop(ref)
+            oc = outcomes[n.node_id]
+            oc.seconds = round(time.monotonic() - t0, 3)
+            try:
+                got = ray.get(ref)
+            except Exception as exc:
+                oc.status, oc.error = _classify_failure(ray, exc, n)
+                continue
+            _accept(bundle, oc, got)
+            if on_event:
+                on_event(f"node {n.folder}: {oc.status} in {oc.seconds:.1f}s")
+    for ref, n in pending.items():
+        oc = outcomes[n.node_id]
+        oc.seconds = round(time.monotonic() - t0, 3)
+        alive = _node_alive(ray, n.node_id)
+        oc.status = "timeout" if alive else "lost"
+        oc.error = (f"no answer within the {deadline - t0:.0f}s deadline" if alive
+                    else "the node left the cluster during the collect")
+        try:
+            ray.cancel(ref, force=True)
+        except Exception:
+            pass
+    return [outcomes[n.node_id] for n in nodes]
+
+
+def _accept(bundle: Bundle, oc: NodeOutcome, got: dict[str, Any]) -> None:
+    write_node_files(bundle, oc.folder, got.get("files") or {})
+    oc.hostname = str(got.get("hostname") or oc.hostname)
+    bundle.redactor.add_host(oc.hostname)
+    oc.collectors = list(got.get("collectors") or [])
+    oc.analysis = dict(got.get("analysis") or {})
+    oc.processes = list(got.get("processes") or [])
+    oc.status = "ok"
+    stk = next((c for c in oc.collectors if c.get("name") == "stacks"), None)
+    if oc.workers and stk is not None and stk.get("status") in ("error", "timeout"):
+        oc.status, oc.error = "error", f"no worker stacks: {stk.get('error')}"
+
+
+# --- the cross-node verdict ------------------------------------------------------------------
+def rank_rows(outcomes: list[NodeOutcome]) -> list[dict[str, Any]]:
+    """One row per sampled process on every node: node, pid, label, rank, state, where."""
+    rows = []
+    for oc in outcomes:
+        for pid, a in sorted(oc.analysis.items(), key=lambda kv: (
+                kv[1].get("rank") if kv[1].get("rank") is not None else 1 << 30, kv[0])):
+            rows.append({"node": oc.folder.split("/", 1)[-1], "pid": int(pid),
+                         "label": a.get("label"), "role": a.get("role"), "rank": a.get("rank"),
+                         "state": a.get("state"), "collective": a.get("collective"),
+                         "sync": a.get("sync"),
+                         "where": a.get("caller") or a.get("top") or a.get("error")})
+    return rows
+
+
+def cross_node_verdict(outcomes: list[NodeOutcome], reason: str) -> list[str]:
+    v = [f"Reason: {reason}"]
+    for oc in outcomes:
+        if oc.status in ("lost", "timeout"):
+            ws = f"; its worker actors: {', '.join(oc.workers)}" if oc.workers else ""
+            v.append(f"Node {oc.folder.split('/', 1)[-1]} {oc.status}: {oc.error}{ws} — "
+                     "the ranks on a node that died stopped first; the others wait for them.")
+    rows = [r for r in rank_rows(outcomes) if r["role"] in ("worker", "warmup-rank")
+            and r["state"] not in (None, "unknown")]
+    in_coll = [r for r in rows if r["collective"]]
+    out_coll = [r for r in rows if not r["collective"]]
+    if in_coll and out_coll and len(out_coll) < len(rows):
+        colls = "/".join(sorted({str(r["collective"]) for r in in_coll}))
+        nodes_in = sorted({r["node"] for r in in_coll})
+        for r in out_coll:
+            v.append(f"Rank {r['rank']} ({r['label']}, pid {r['pid']}) on node {r['node']} is not "
+                     f"in a collective ({r['state']} at {r['where']}) while {len(in_coll)} rank(s) "
+                     f"on node(s) {', '.join(nodes_in)} wait in {colls}: it stopped first.")
+    elif in_coll:
+        colls = "/".join(sorted({str(r["collective"]) for r in in_coll}))
+        v.append(f"All {len(in_coll)} sampled ranks on {len({r['node'] for r in in_coll})} node(s) "
+                 f"are inside {colls}: compare Flight Recorder / RAS across nodes.")
+    elif rows:
+        v.append(f"No rank of {len(rows)} on the cluster is in a torch.distributed collective.")
+    return v
+
+
+def render_cluster_summary(bundle: Bundle, outcomes: list[NodeOutcome], verdict: list[str],
+                           notes: list[str]) -> str:
+    red = bundle.redactor
+    L = ["# sm120kit collect bundle (Ray cluster)", "", f"- created: {bundle.meta.get('created')}",
+         f"- nodes: {len(outcomes)}; vLLM worker actors: {sum(len(o.workers) for o in outcomes)}",
+         "", "## Verdict", ""]
+    L += [f"- {x}" for x in verdict]
+    L += ["", "## Nodes", "", "| node | host | status | seconds | workers | error |",
+          "|---|---|---|---|---|---|"]
+    for oc in outcomes:
+        L.append(f"| {oc.folder} | {red.text(oc.hostname)} ({red.text(oc.ip)}) | {oc.status} | "
+                 f"{oc.seconds} | {len(oc.workers)} | {red.text(oc.error or '')[:200]} |")
+    L += ["", "## Ranks across nodes", "", "| node | rank | label | pid | state | where | collective |",
+          "|---|---|---|---|---|---|---|"]
+    for r in rank_rows(outcomes):
+        L.append(f"| {r['node']} | {'' if r['rank'] is None else r['rank']} | {r['label']} | "
+                 f"{r['pid']} | {r['state']} | {str(r['where'] or '').replace('|', '/')} | "
+                 f"{r['collective'] or r['sync'] or ''} |")
+    if notes:
+        L += ["", "## Notes", ""] + [f"- {n}" for n in notes]
+    return "\n".join(L) + "\n"
+
+
+def gather_into(bundle: Bundle, ropts: RayOptions, opts: Options, ctx: CollectContext, *,
+                deadline: float, redact: bool,
+                on_event: Callable[[str], None] | None = None
+                ) -> tuple[list[NodeOutcome], list[RayWorker]]:
+    """Connect, list, gather every node into ``bundle`` (also used by the launch supervisor at
+    a stall); records the cluster view and the per-node outcomes in the manifest."""
+    t0 = time.monotonic()
+    rec = CollectorRecord(name="ray-cluster", started=iso(time.time()))
+    bundle.record(rec)
+    outcomes: list[NodeOutcome] = []
+    workers: list[RayWorker] = []
+    try:
+        ray = connect(ropts.address)
+        nodes = list_nodes(ray)
+        workers, source = list_workers(
+            ropts.worker_classes, timeout=max(1, min(10, int(deadline - time.monotonic()) // 3)))
+        me = ray.get_runtime_context().get_node_id() if ropts.discover_local else None
+        bundle.write_json("ray/cluster.json", {
+            "address": bundle.redactor.text(str(ropts.address or "auto")), "actors_source": source,
+            "worker_classes": list(ropts.worker_classes),
+            "nodes": [{**asdict(n), "folder": n.folder} for n in nodes],
+            "workers": [{**asdict(w), "rank": w.rank, "label": w.label} for w in workers]})
+        if not workers:
+            ctx.notes.append(f"no actor of class {'/'.join(ropts.worker_classes)} in the cluster "
+                             "(pass --ray-worker-class); every node was still collected")
+        outcomes = gather(ray, bundle, nodes, workers, opts, ctx, deadline=deadline,
+                          redact=redact, discover_node=me, on_event=on_event,
+                          margin_s=ropts.margin_s)
+        bundle.meta["ray"] = {"nodes": [oc.to_manifest(bundle.redactor) for oc in outcomes],
+                              "workers": len(workers), "actors_source": source}
+        rec.status = "ok"
+        rec.detail = ", ".join(f"{oc.folder}: {oc.status}" for oc in outcomes)
+        rec.files = ["ray/cluster.json"] + [oc.folder + "/" for oc in outcomes]
+    except UserError:
+        rec.status, rec.error = "error", "could not reach the Ray cluster"
+        raise
+    finally:
+        rec.seconds = round(time.monotonic() - t0, 3)
+        bundle.record(rec)
+        for oc in outcomes:
+            bundle.record(CollectorRecord(name=f"node:{oc.folder.split('/', 1)[-1]}",
+                                          started=rec.started, seconds=oc.seconds,
+                                          status=oc.status, error=oc.error,
+                                          detail=f"{len(oc.collectors)} collectors",
+                                          files=[oc.folder + "/"]))
+    return outcomes, workers
+
+
+def collect_ray(out_dir: Path, ropts: RayOptions, *, deadline_s: float, redact: bool = True,
+                host_map_file: Path | None = None, options: Options | None = None,
+                on_event: Callable[[str], None] | None = None) -> RayCollectResult:
+    """``collect --ray [ADDRESS]``: one bundle of every node, now. Never signals anything."""
+    t0 = time.monotonic()
+    connect(ropts.address)  # an unreachable cluster is bad input: no empty bundle
+    opts = options or Options()
+    opts.deadline_s = deadline_s
+    ctx = CollectContext(mode="ray", reason="ray: snapshot requested", stall_kind="requested")
+    bundle = Bundle.create(Path(out_dir), Redactor(enabled=redact, host_map_file=host_map_file),
+                           meta={"mode": "ray"})
+    outcomes: list[NodeOutcome] = []
+    workers: list[RayWorker] = []
+    try:
+        outcomes, workers = gather_into(bundle, ropts, opts, ctx, deadline=t0 + deadline_s,
+                                        redact=redact, on_event=on_event)
+    finally:
+        tb = finish(bundle, outcomes, ctx)
+    return RayCollectResult(bundle.root, tb, outcomes, workers,
+                            list(bundle.meta.get("verdict") or []), round(time.monotonic() - t0, 3))
+
+
+def finish(bundle: Bundle, outcomes: list[NodeOutcome], ctx: CollectContext) -> Path:
+    """Summary with the cross-node verdict, manifest, tarball (attach mode)."""
+    verdict = cross_node_verdict(outcomes, ctx.reason)
+    bundle.meta["verdict"] = verdict
+    bundle.write_json("timeline.json", {"mode": ctx.mode, "reason": ctx.reason,
+                                        "stall_kind": ctx.stall_kind, "phases": [],
+                                        "notes": ctx.notes})
+    bundle.write_text("summary.md", render_cluster_summary(bundle, outcomes, verdict, ctx.notes))
+    bundle.write_manifest()
+    bundle.redactor.save_host_map()
+    tb = bundle.make_tarball()
+    bundle.closed = True
+    return tb
+
+
+def remote_gather(ropts: RayOptions, *, redact: bool,
+                  on_event: Callable[[str], None] | None = None
+                  ) -> Callable[[Bundle, CollectContext, Options, float], list[str]]:
+    """The hook the launch supervisor calls at a stall (``collect --ray -- vllm serve ...``):
+    gather every node into the supervisor's bundle until ``deadline``; returns verdict lines."""
+    import_ray()  # fail before the launch, not at the stall
+
+    def hook(bundle: Bundle, ctx: CollectContext, opts: Options, deadline: float) -> list[str]:
+        result: list[NodeOutcome] = []
+        box: dict[str, BaseException] = {}
+
+        def run() -> None:
+            try:
+                result.extend(gather_into(bundle, ropts, opts, ctx, deadline=deadline,
+                                          redact=redact, on_event=on_event)[0])
+            except BaseException as exc:  # reported as a note, never fatal to the launch
+                box["exc"] = exc
+
+        th = threading.Thread(target=run, name="ray-gather", daemon=True)
+        th.start()
+        th.join(max(0.0, deadline - time.monotonic()) + 2.0)
+        if "exc" in box:
+            ctx.notes.append(f"Ray gather failed: {box['exc']}")
+            return []
+        return cross_node_verdict(result, ctx.reason)[1:]
+
+    return hook
+
+
+__all__ = ["DEFAULT_WORKER_CLASSES", "NodeOutcome", "RayCollectResult", "RayNode", "RayOptions",
+           "RayWorker", "collect_ray", "cross_node_verdict", "gather", "gather_into", "import_ray",
+           "node_snapshot", "rank_rows", "ranks_from_name", "remote_gather"]

@@ -1,0 +1,94 @@
+"""``ray`` stays optional: only ``collect/ray_cluster.py`` imports it, inside functions; without it
+``collect --ray`` is one ``error:`` line with the pip hint (exit 2); a wrong address fails fast.
+Fast tests (no cluster); the real clusters are in ``test_ray_cluster.py``."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import sm120kit
+from sm120kit.collect.ray_cluster import ranks_from_name
+
+PKG = Path(sm120kit.__file__).resolve().parent
+RAY_MODULE = PKG / "collect" / "ray_cluster.py"
+
+
+def _ray_imports(path: Path) -> list[tuple[int, bool]]:
+    """(line, at module level) of every ``import ray...`` / ``from ray... import`` in a file."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    top = {id(n) for n in tree.body}
+    out = []
+    for node in ast.walk(tree):
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                 [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level
+                 else [])
+        if any(n == "ray" or n.startswith("ray.") for n in names):
+            out.append((node.lineno, id(node) in top))
+    return out
+
+
+def test_only_the_ray_module_imports_ray_and_only_lazily() -> None:
+    offenders = [f"{p.relative_to(PKG)}:{ln}" for p in PKG.rglob("*.py") if p != RAY_MODULE
+                 for ln, _top in _ray_imports(p)]
+    assert offenders == []
+    inside = _ray_imports(RAY_MODULE)
+    assert inside and not any(top for _ln, top in inside)
+
+
+def _cli_without_ray(*args: str) -> subprocess.CompletedProcess[str]:
+    """The CLI in a Python where ``import ray`` fails, as on a machine without the extra."""
+    code = ("import sys; sys.modules['ray'] = None; sys.argv = ['sm120kit', *sys.argv[1:]]; "
+            "from sm120kit.cli import main; main()")
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_collect_ray_without_ray_is_one_error_line(tmp_path: Path) -> None:
+    for args in (["collect", "--ray", "-o", str(tmp_path)],
+                 ["collect", "--ray", "-o", str(tmp_path), "--", sys.executable, "-c", "pass"]):
+        r = _cli_without_ray(*args)
+        assert r.returncode == 2, r.stderr
+        lines = r.stderr.strip().splitlines()
+        assert lines[0] == "error: --ray needs the `ray` package, which is not installed"
+        assert lines[1].startswith("hint: pip install 'sm120kit[ray]'")
+        assert "Traceback" not in r.stderr
+    assert not list(tmp_path.iterdir())  # nothing launched, no bundle
+
+
+def test_other_commands_work_without_ray(tmp_path: Path) -> None:
+    log = tmp_path / "x.log"
+    log.write_text("INFO 12-02 10:00:00 [core.py:1] hello\n")
+    assert _cli_without_ray("collect", "--help").returncode == 0
+    assert _cli_without_ray("diagnose", str(log)).returncode in (0, 1, 2)
+    code = ("import sys; import sm120kit.cli.collect, sm120kit.collect.supervise, "
+            "sm120kit.diagnose.engine, sm120kit.collect.ray_cluster; "
+            "print('ray' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.stdout.strip() == "False", r.stderr
+
+
+def test_unreachable_address_fails_fast(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as s:  # a port that nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    r = subprocess.run([sys.executable, "-m", "sm120kit", "collect", "--ray",
+                        f"127.0.0.1:{port}", "-o", str(tmp_path / "out")],
+                       capture_output=True, text=True, timeout=60)
+    if "needs the `ray` package" in r.stderr:
+        return  # covered by the test above
+    assert r.returncode == 2
+    assert r.stderr.startswith(f"error: cannot reach the Ray GCS at 127.0.0.1:{port}")
+    assert not (tmp_path / "out").exists()
+
+
+def test_ranks_from_vllm_actor_names() -> None:
+    # vLLM's build_actor_name (v1/executor/ray_utils.py, 0.24-0.34): vllm_Worker_<id>[_TP][_PP][_PCP]
+    assert ranks_from_name("vllm_Worker_3f2a_TP5") == {"TP": 5}
+    assert ranks_from_name("vllm_Worker_3f2a_TP1_PP1_PCP0") == {"TP": 1, "PP": 1, "PCP": 0}
+    assert ranks_from_name("vllm_Worker_3f2a") == {}
+    assert ranks_from_name(None) == {}
