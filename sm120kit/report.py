@@ -75,3 +75,20 @@ def console(stderr: bool = False) -> Any:
 def styled(status: str) -> str:
     style = STATUS_STYLE.get(status, "")
     return f"[{style}]{status}[/{style}]" if style else status
+
+
+def clip_words(text: str, width: int = 320) -> str:
+    """Shorten a long evidence line for a terminal or a ticket without cutting a word: keep its
+    head and its tail (where vLLM puts the message and the exception puts its reason), joined by
+    an ellipsis at whitespace. JSON output keeps the text whole."""
+    text = " ".join(text.split()) if "  " in text else text
+    if len(text) <= width:
+        return text
+    half = width // 2
+    head = text[:half]
+    cut = head.rfind(" ")
+    head = head[:cut] if cut > half // 2 else head
+    tail = text[-half:]
+    cut = tail.find(" ")
+    tail = tail[cut + 1:] if 0 <= cut < half // 2 else tail
+    return f"{head} … {tail}"

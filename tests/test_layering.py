@@ -37,6 +37,8 @@ LAYER = {**{p: 0 for p in BASE}, **{p: 1 for p in READERS}, **{p: 2 for p in CAP
 CAPABILITY_EDGES: dict[tuple[str, str], str] = {
     ("collect", "doctor"): "every bundle embeds doctor tiers 0-1 (doctor.json), run by "
                            "collect.snapshot; doctor never imports collect",
+    ("collect", "diagnose"): "a bundle's verdict is the diagnose rules engine run over the "
+                             "bundle (one engine, issue 12); diagnose never imports collect",
     ("warmup", "collect"): "`warmup run` hands its stalled ranks to collect.snapshot."
                            "collect_processes for a bundle; collect never imports warmup",
     ("validate", "collect"): "`validate -- vllm serve` runs the servers under collect's "

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from sm120kit.report import dump_json
+from sm120kit.report import clip_words, dump_json
 
 if TYPE_CHECKING:
     from sm120kit.diagnose.engine import DiagnoseResult
@@ -34,8 +34,15 @@ def diagnose_cmd(inputs: tuple[str, ...], as_json: bool, markdown: bool, max_ran
     1: findings; 2: unusable input.
     """
     from sm120kit.diagnose.engine import diagnose
+    from sm120kit.errors import UserError
 
-    res = diagnose(list(inputs), config=config_path)
+    try:
+        res = diagnose(list(inputs), config=config_path)
+    except UserError as exc:
+        if as_json:  # the envelope still goes to stdout; the error line to stderr (exit 2)
+            dump_json("diagnose", {"status": "error", "error": exc.message, "hint": exc.hint,
+                                   "inputs": list(inputs), "findings": []})
+        raise
     if as_json:
         dump_json("diagnose", res.to_dict())
     elif markdown:
@@ -122,7 +129,7 @@ def render_human(res: DiagnoseResult, max_ranks: int = 16) -> None:
         con.print(f"\n[bold]{i}. [{f.category}] {escape(f.summary)}[/bold]  "
                   f"(rule {f.rule}, confidence {f.confidence:.2f})")
         for e in f.evidence[:6]:
-            con.print(f"   [dim]{escape(e.ref)}[/dim]  {escape(e.text[:200])}")
+            con.print(f"   [dim]{escape(e.ref)}[/dim]  {escape(clip_words(e.text))}")
         if f.fix:
             con.print(f"   [cyan]fix:[/cyan] {escape(f.fix)}" + (f" ({f.link})" if f.link else ""))
     for n in res.notes[:10]:
@@ -179,7 +186,7 @@ def render_markdown(res: DiagnoseResult, max_ranks: int = 16) -> str:
         if f.evidence:
             out.append("   ```")
             for e in f.evidence[:6]:
-                out.append(f"   {e.ref}: {e.text[:200]}".replace("```", "'''"))
+                out.append(f"   {e.ref}: {clip_words(e.text)}".replace("```", "'''"))
             out.append("   ```")
         if f.fix:
             out.append(f"   Fix: {cell(f.fix)}" + (f" ({f.link})" if f.link else ""))

@@ -11,7 +11,6 @@ Public API:
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import threading
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from sm120kit.collect.bundle_writer import Bundle, CollectorRecord, iso
+from sm120kit.diagnose.engine import diagnose
 from sm120kit.doctor import run_doctor
 from sm120kit.errors import UserError
 from sm120kit.evidence import flight, gpu, ras, stacks
@@ -74,6 +74,8 @@ class CollectContext:
     nccl_debug_files: list[str] = field(default_factory=list)
     started: float | None = None
     notes: list[str] = field(default_factory=list)
+    # the caller's own stall record (stalled ranks with pid/phase/collective): stall.json
+    stall: dict[str, Any] | None = None
 
 
 @dataclass
@@ -532,8 +534,8 @@ def snapshot(bundle: Bundle, procs: list[Proc], ctx: CollectContext, opts: Optio
     runner.start("host", lambda r: _collect_host(bundle, r), 10.0)
     runner.join()
     bundle.meta["snapshot_seconds"] = round(time.monotonic() - t_start, 3)
-    verdict = make_verdict(procs, analysis, ctx, bundle)
-    return Result(bundle.root, None, verdict, analysis, [r.__dict__ for r in bundle.records])
+    # the verdict is the rules engine's over the finished bundle (``finalize``)
+    return Result(bundle.root, None, [], analysis, [r.__dict__ for r in bundle.records])
 
 
 def finalize(bundle: Bundle, procs: list[Proc], ctx: CollectContext, res: Result | None,
@@ -569,7 +571,11 @@ def finalize(bundle: Bundle, procs: list[Proc], ctx: CollectContext, res: Result
         "exit_code": ctx.exit_code,
     }
     bundle.write_json("timeline.json", timeline)
-    verdict = res.verdict if res else make_verdict(procs, {}, ctx, bundle)
+    if ctx.stall:
+        bundle.write_json("stall.json", ctx.stall)
+    verdict = make_verdict(ctx, bundle)
+    if res is not None:
+        res.verdict = verdict
     analysis = res.analysis if res else {}
     bundle.meta["verdict"] = verdict
     bundle.write_text("summary.md", render_summary(bundle, procs, ctx, verdict, analysis))
@@ -581,58 +587,22 @@ def finalize(bundle: Bundle, procs: list[Proc], ctx: CollectContext, res: Result
 
 
 # --- verdict and summary ---------------------------------------------------------------------
-def _rank_key(a: dict[str, Any]) -> str:
-    return str(a.get("collective") or a.get("sync") or a.get("top") or "?")
-
-
-def make_verdict(procs: list[Proc], analysis: dict[int, dict[str, Any]], ctx: CollectContext,
-                 bundle: Bundle) -> list[str]:
+def make_verdict(ctx: CollectContext, bundle: Bundle) -> list[str]:
+    """The bundle's verdict: ``sm120kit diagnose`` over the bundle as written so far (one rules
+    engine for collect and diagnose), after the reason it was taken."""
     v: list[str] = [f"Reason: {ctx.reason}"]
-    if ctx.deaths:
-        d0 = sorted(ctx.deaths, key=lambda d: d.get("t", 0))[0]
-        v.append(f"First death: {d0.get('label')} (pid {d0.get('pid')}) at +{d0.get('t', 0):.1f}s; "
-                 "later timeouts on other ranks are most likely consequences.")
-    ranks = {pid: a for pid, a in analysis.items()
-             if a.get("role") in ("worker", "warmup-rank") and a.get("state") != "unknown"}
-    if not ranks:
-        ranks = {pid: a for pid, a in analysis.items() if a.get("state") != "unknown"}
-    if ranks:
-        in_coll = {pid: a for pid, a in ranks.items() if a.get("collective")}
-        out_coll = {pid: a for pid, a in ranks.items() if not a.get("collective")}
-        if in_coll and out_coll:
-            colls = sorted({str(a["collective"]) for a in in_coll.values()})
-            v.append(f"{len(in_coll)} of {len(ranks)} ranks are blocked in "
-                     f"{'/'.join(colls)}; not in a collective: " + ", ".join(
-                         f"{a.get('label')} (pid {pid}, {a.get('state')}) at {a.get('caller') or a.get('top')}"
-                         for pid, a in sorted(out_coll.items())
-                     ) + " — likely never reached the collective.")
-        elif in_coll:
-            colls = sorted({str(a["collective"]) for a in in_coll.values()})
-            v.append(f"All {len(in_coll)} ranks are inside {'/'.join(colls)}: either the transport/"
-                     "kernel is stuck or a rank issued a different collective; compare Flight "
-                     "Recorder / RAS counts.")
-        else:
-            groups: dict[str, list[int]] = {}
-            for pid, a in ranks.items():
-                groups.setdefault(_rank_key(a), []).append(pid)
-            if len(groups) > 1:
-                odd = sorted(groups.items(), key=lambda kv: len(kv[1]))[0]
-                v.append(f"Stacks differ: {len(odd[1])} process(es) at {odd[0]} vs the rest.")
-            states = sorted({str(a.get('state')) for a in ranks.values()})
-            v.append(f"No rank is in a torch.distributed collective (states: {', '.join(states)}); "
-                     "PyNccl collectives are invisible here: look at GPU state and RAS.")
-    fl = bundle.root / "flight" / "index.json"
+    bundle.write_manifest()  # the collector statuses are evidence too
     try:
-        info = json.loads(fl.read_text())
-        for g in info.get("groups", []):
-            for nj in g.get("summary", {}).get("not_joined", [])[:3]:
-                if "missing_ranks" in nj:
-                    v.append(f"Flight Recorder: ranks {nj['missing_ranks']} never joined "
-                             f"{'/'.join(nj['op'])} (pg {nj['pg']}, seq {nj['seq']}).")
-                else:
-                    v.append(f"Flight Recorder: collective mismatch at pg {nj['pg']} seq {nj['seq']}.")
-    except (OSError, ValueError):
-        pass
+        res = diagnose([bundle.root])
+    except UserError as exc:
+        v.append(f"diagnose could not read the bundle: {exc.message}")
+        return v
+    v.append(res.verdict)
+    for f in res.findings[1:3]:
+        ph = f" [phase: {f.phase}]" if f.phase else ""
+        v.append(f"also: {f.category}: {f.summary}{ph}")
+    if res.findings and res.findings[0].fix:
+        v.append(f"Fix: {res.findings[0].fix}")
     return v
 
 

@@ -17,12 +17,13 @@ from pathlib import Path
 from typing import IO, Any, BinaryIO
 
 from sm120kit.diagnose.rules import run_rules
-from sm120kit.diagnose.rules.base import BundleFacts, Finding, RuleContext, StackView
+from sm120kit.diagnose.rules.base import BundleFacts, Finding, RuleContext, StackView, field_phase
 from sm120kit.diagnose.rules.watchdog_desync import watchdog_by_rank
 from sm120kit.errors import ExitCode, UserError
 from sm120kit.evidence.bundle_reader import READ_ERRORS, BundleReader, looks_like_tar
 from sm120kit.evidence.kv import capacity as kv_capacity
 from sm120kit.evidence.logs.analyze import LogAnalysis
+from sm120kit.evidence.phases import PHASE_INDEX
 from sm120kit.evidence.stacks import blocking_call
 from sm120kit.facts.kvcache import load_config
 
@@ -44,12 +45,20 @@ class DiagnoseResult:
     nccl_diag: dict[str, Any] | None = None
     nodes: list[dict[str, Any]] = field(default_factory=list)  # multi-node bundles
 
+    state: str = "unknown"  # failed | stalled | progressing | healthy | no-evidence
+    phase: str | None = None  # the field phase the (last) run was in
+    runs: int = 1  # launches found in the input
+
     @property
     def exit_code(self) -> int:
         return ExitCode.FINDINGS if self.findings else ExitCode.OK
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "status": "warn" if self.findings else "ok",
+            "state": self.state,
+            "phase": self.phase,
+            "runs": self.runs,
             "inputs": self.inputs,
             "kind": self.kind,
             "verdict": self.verdict,
@@ -251,6 +260,9 @@ def _load_host(br: BundleReader, bf: BundleFacts, pre: str, node: str | None) ->
     env = br.read_json(pre + "env.json")
     if isinstance(env, dict) and not bf.env:
         bf.env = env
+    st = br.read_json(pre + "stall.json")
+    if isinstance(st, dict) and bf.stall is None:
+        bf.stall = st
 
 
 # --- main entry ------------------------------------------------------------------------------
@@ -327,12 +339,12 @@ def diagnose(paths: list[Path | str], *, config: str | Path | None = None,
             raise UserError(f"{p}: not a regular file or directory")
     an.finish()
     total = sum(s["lines"] for s in an.sources)
-    recognised = sum(1 for pr in an.procs.values() if pr.name or pr.host or pr.rank is not None)
-    if facts is None and (total == 0 or (not recognised and not an.phase_ev and not an.signals
-                                         and not an.watchdog)):
-        what = "is empty" if total == 0 else "has no vLLM, NCCL or torch log lines"
-        raise UserError(f"{', '.join(str(x) for x in paths)} {what}",
-                        hint="pass the full vLLM output (2>&1), per-rank logs or a bundle")
+    texty = [s["source"] for s in an.sources if s["lines"] and s["source"] not in an.binary_sources]
+    if facts is None and (total == 0 or not texty):
+        what = "is empty" if total == 0 else "is binary, not text"
+        raise UserError(f"{', '.join(str(x) for x in paths)} {what}: no text evidence to read",
+                        hint="pass the vLLM output (2>&1) or an excerpt of it, per-rank logs, "
+                             "a pasted ticket, or a `sm120kit collect` bundle")
     kv = kv_capacity(an.kv, an.vs.config, os.environ if environ is None else environ,
                      cfg=model_cfg)
     ctx = RuleContext(logs=an, bundle=facts, kv=kv)
@@ -442,16 +454,48 @@ def _result(inputs: list[str], kind: str, an: LogAnalysis, facts: BundleFacts | 
                     "top": s.top, "collective": s.collective, "sync": s.sync, "state": s.state}
                    for s in (facts.stacks if facts else [])],
     }
-    if findings:
-        top = findings[0]
-        verdict = f"{top.category}: {top.summary}"
-    else:
-        last = an.global_tracker.current or "unknown"
-        verdict = f"no problem found (last phase: {last})"
+    verdict, state, phase = _verdict(an, facts, findings)
+    if an.run:
+        notes.append(f"the input holds {an.run + 1} launches (split at launch banners / vLLM "
+                     "versions); their timelines and watchdog sequence numbers are kept apart, "
+                     "the phase and ranks shown are the last launch's")
+    for src, info in an.paste.items():
+        if info.get("joined_lines"):
+            notes.append(f"{src}: joined {info['joined_lines']} wrapped line(s) back into their "
+                         "records")
     return DiagnoseResult(inputs=inputs, kind=kind, verdict=verdict, versions=versions,
                           config=dict(an.vs.config), ranks=ranks, phases=phases,
                           findings=findings, notes=notes, sources=an.sources, stalls=stalls,
-                          nodes=node_table(facts) if facts is not None else [])
+                          nodes=node_table(facts) if facts is not None else [],
+                          state=state, phase=phase, runs=an.run + 1)
+
+
+def _verdict(an: LogAnalysis, facts: BundleFacts | None, findings: list[Finding]
+             ) -> tuple[str, str, str | None]:
+    """(verdict line, state, field phase). Exit 0 verdicts say *healthy* or *progressing*."""
+    stage = an.global_tracker.stage
+    phase = field_phase(stage)
+    if findings:
+        top = findings[0]
+        ph = top.phase or phase
+        where = f" [phase: {ph}]" if ph else ""
+        state = "stalled" if any(f.category in _STALL_CATS for f in findings[:1]) else "failed"
+        return f"{top.category}: {top.summary}{where}", state, ph
+    prog = an.progressing_verdict()
+    if prog is not None:
+        return prog, "progressing", phase
+    if stage is not None and PHASE_INDEX.get(stage, 0) >= PHASE_INDEX["engine-ready"]:
+        what = "serving" if an.served else "server started"
+        extra = f" ({an.metrics_lines} metrics intervals)" if an.metrics_lines else ""
+        return f"healthy: {what}{extra}", "healthy", phase
+    if stage is None:
+        return ("no failure recorded: no vLLM/NCCL/torch phase, error or stall found in the "
+                "input"), "no-evidence", None
+    return f"healthy: no failure recorded (last phase: {stage})", "healthy", phase
+
+
+_STALL_CATS = frozenset({"collective-desync", "kernel-hang", "p2p-transport", "autotune-deadlock",
+                         "dcp-warmup", "serving-stall", "cold-start-timeout", "cudagraph-capture"})
 
 
 def node_table(facts: BundleFacts) -> list[dict[str, Any]]:

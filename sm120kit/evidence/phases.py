@@ -113,7 +113,7 @@ _SIGNATURES: tuple[tuple[str, str], ...] = (
     ),
     (
         "api-server-ready",
-        r"Starting vLLM (?:API )?server on"
+        r"Starting vLLM (?:API )?server(?: \d+)? on"
         r"|Available routes are"
         r"|Route: /"
         r"|Application startup complete"
@@ -135,7 +135,7 @@ _SIGNATURES: tuple[tuple[str, str], ...] = (
         "autotune",
         r"Autotuning process (?:starts|ends)"
         r"|Autotuning FlashInfer"
-        r"|\[Autotuner\]"
+        r"|\[Auto[Tt]uner\]"
         r"|autotune cache (?:loaded|saved)"
         r"|decode autotune cache entries"
         r"|Tuning \S+ decode|autotuning \S+:",
@@ -215,7 +215,7 @@ _PREFILTER_WORDS: tuple[str, ...] = (
     "Application", "server", "destroy_process_group", "stopping",
     "HTTP/", "throughput", "SpecDecoding", "JIT", "Processed prompts", "request", "reqs",
     "routes", "Route: /", "Uvicorn", "init engine", "Captur", "Graph captur", "cudagraph",
-    "utotun", "Tuning", "warm", "Warm", "DeepGEMM", "deep_gemm", "mHC", "Skipping",
+    "utotun", "utoTun", "Tuning", "warm", "Warm", "DeepGEMM", "deep_gemm", "mHC", "Skipping",
     "Profiling", "KV cache", "concurrency", "Memory profiling", "blocks:", "kv_cache",
     "Free memory", "Dynamo", "ompil", "Cache the graph", "torch_compile", "AOT", "artifacts",
     "Inductor", "load model", "safetensors", "Loading", "loading", "loaded",

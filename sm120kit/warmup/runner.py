@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sm120kit.collect.snapshot import collect_processes
+from sm120kit.collect.snapshot import CollectContext, collect_processes
 from sm120kit.errors import UserError
 from sm120kit.warmup.config import RunConfig
 from sm120kit.warmup.fi_backend import check_flashinfer_backend
@@ -333,12 +333,18 @@ class WarmupSupervisor:
         out = Path(self.cfg.bundle_dir)
         out.mkdir(parents=True, exist_ok=True)
         try:
+            reason = f"sm120kit warmup stall: {report.message}"
+            stall = {"kind": "silence", "message": report.message, "suspects": report.suspects,
+                     "silent_for_s": report.silent_for_s, "stall_timeout_s": report.stall_timeout,
+                     "ranks": report.ranks}
             path = collect_processes(
                 pids,
                 out,
-                reason=f"sm120kit warmup stall: {report.message}",
+                reason=reason,
                 deadline_s=self.cfg.bundle_deadline,
                 labels=labels,
+                context=CollectContext(mode="processes", reason=reason, stall_kind="silence",
+                                       stall=stall),
             )
         except Exception as exc:  # never lose the stall report over the bundle
             return None, f"{type(exc).__name__}: {exc}"

@@ -230,7 +230,7 @@ def test_garbage_named_tar_gz_and_empty_inputs(tmp_path: Path) -> None:
         diagnose([e])
     junk = tmp_path / "junk.bin"
     junk.write_bytes(os.urandom(5000))
-    with pytest.raises(UserError, match="no vLLM"):
+    with pytest.raises(UserError, match="no text evidence"):
         diagnose([junk])
     with pytest.raises(UserError, match="no such file"):
         diagnose([tmp_path / "missing.log"])

@@ -28,7 +28,9 @@ def _rules(res: DiagnoseResult) -> list[str]:
 def test_registry_is_consistent() -> None:
     assert len(RULES) >= 15
     for r in RULES:
-        assert r.category in CATEGORIES and r.fix and r.needs and r.link
+        assert r.category in CATEGORIES and r.fix and r.needs
+        # a rule cites a page only when it is about this mechanism (never a generic link)
+        assert r.link is None or r.link.startswith(("https://", "README.md#"))
 
 
 def test_first_dead_rank_beats_later_timeouts(tmp_path: Path) -> None:
@@ -138,7 +140,9 @@ def test_dcp_warmup_stall(tmp_path: Path) -> None:
              .replace("_DCP", "_XX") for r in rows]
     res1 = _run(tmp_path, rows1, "dcp1.log")
     assert "dcp-warmup-stall" not in _rules(res1)
-    assert res1.findings and res1.findings[0].category == "unknown"
+    # without DCP it is still a per-rank autotune divergence (some ranks loaded a cache)
+    assert res1.findings and res1.findings[0].category == "autotune-deadlock"
+    assert res1.findings[0].ranks == [0, 4]
 
 
 def test_healthy_startup_with_warmup_shm_waits_is_clean(tmp_path: Path) -> None:
@@ -149,7 +153,7 @@ def test_healthy_startup_with_warmup_shm_waits_is_clean(tmp_path: Path) -> None:
     rows.append(f"(EngineCore_DP0 pid=300) INFO {L.ts(151)} [core.py:299] init engine (profile, create kv cache, warmup model) took 148.17 s")
     res = _run(tmp_path, rows)
     assert res.findings == [] and res.exit_code == 0
-    assert res.verdict.startswith("no problem found")
+    assert res.verdict.startswith(("healthy", "progressing"))
 
 
 def test_shared_memory(tmp_path: Path) -> None:
@@ -204,8 +208,9 @@ def test_timeouts_too_short(tmp_path: Path) -> None:
     assert "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS" in f.fix
     rows = L.startup(2, 1) + [L.ENGINE_READY_TIMEOUT.format(pid=1)]
     res = _run(tmp_path, rows, "ready.log")
-    f = next(f for f in res.findings if f.rule == "timeout-too-short")
-    assert "VLLM_ENGINE_READY_TIMEOUT_S" in f.fix and "model-load" in f.summary
+    f = next(f for f in res.findings if f.rule == "cold-start-timeout")
+    assert f.category == "cold-start-timeout" and f.phase == "weight-load"
+    assert "VLLM_ENGINE_READY_TIMEOUT_S" in f.fix and "weight-load" in f.summary
 
 
 def test_interposer_only_on_failed_runs(tmp_path: Path) -> None:

@@ -215,3 +215,29 @@ def test_boring_call_sites_still_report_a_later_stall() -> None:
     p = an.procs["pid 1"]
     assert p.tracker.current == "error" and p.first_error is not None
     assert p.first_error.line == 202 and p.lines == 204
+
+
+def test_serving_chatter_runs_keep_their_last_line_and_line_numbers() -> None:
+    """Access/request lines and non-zero metrics lines are read in runs (only each run's last
+    line parsed); error lines, 5xx and 0.0 tokens/s metrics always reach the parsers."""
+    rows = []
+    for k in range(50):
+        rows.append(f'(APIServer pid=1) INFO:     10.0.0.{k}:1 - "POST /v1/completions HTTP/1.1" 200 OK')
+        rows.append(f"(APIServer pid=1) INFO 12-02 10:00:{k:02d} [async_llm.py:1] Added request r{k}.")
+    rows.append('(APIServer pid=1) INFO:     10.0.0.9:1 - "POST /v1/completions HTTP/1.1" 500 Internal')
+    rows.append("(APIServer pid=1) INFO 12-02 10:01:00 [loggers.py:1] Engine 000: Avg prompt throughput: "
+                "1.0 tokens/s, Avg generation throughput: 9.0 tokens/s, Running: 2 reqs")
+    rows.append("(APIServer pid=1) INFO 12-02 10:01:10 [loggers.py:1] Engine 000: Avg prompt throughput: "
+                "0.0 tokens/s, Avg generation throughput: 0.0 tokens/s, Running: 2 reqs")
+    data = ("\n".join(rows) + "\n").encode()
+    st_ = StreamStats()
+    got = list(scan(io.BytesIO(data), stats=st_))
+    ref = dict(enumerate(data.split(b"\n"), 1))
+    assert all(ref[n] == ln for n, ln in got)  # numbers still point at the right lines
+    nums = [n for n, _ln in got]
+    # run ends (lines 100 and 102), the 5xx, the zero-throughput metrics
+    assert nums == [100, 101, 102, 103]
+    assert st_.bulk_skipped == 99 and st_.metrics_nonzero_last == 102
+    an = LogAnalysis()
+    an.feed_stream("serve.log", io.BytesIO(data))
+    assert an.served and an.metrics_lines == 2 and an.zero_streak == 1 and an.zero_streak_open

@@ -361,3 +361,26 @@ def test_rank_killed_mid_run_is_reported_at_once() -> None:
     assert d["status"] == "error" and "rank 2" in d["message"] and "died" in d["message"]
     assert took < 30
     assert _gone([p.pid for p in ranks + launcher])
+
+
+def test_stall_bundle_without_py_spy_names_the_stalled_rank(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 12: a stall bundle collected with no stacks (py-spy missing) is never an
+    all-clear; diagnose (and the bundle's own verdict) name the stalled rank and its phase from
+    the stall record. py-spy is made unavailable by hiding it from the collector."""
+    from sm120kit.diagnose.engine import diagnose
+    from sm120kit.evidence import stacks
+
+    monkeypatch.setattr(stacks, "py_spy_path", lambda: None)
+    res = run_warmup(RunConfig(dcp=2, inject_stall=(1, "convert"), stall_timeout=2,
+                               bundle_dir=str(tmp_path), bundle_deadline=15))
+    assert res.status == "stall" and res.bundle is not None
+    d = diagnose([res.bundle])
+    assert d.exit_code == 1
+    top = d.findings[0]
+    assert top.rule == "bundle-stall" and top.ranks == [1], [f.summary for f in d.findings]
+    assert "rank 1" in top.summary and "phase convert" in top.summary
+    assert "rank 1" in d.verdict and d.state == "stalled"
+    summary = (Path(res.bundle.removesuffix(".tar.gz")) / "summary.md").read_text()
+    assert "stopped in phase convert" in summary.split("## Verdict", 1)[1].split("##", 1)[0]
+    assert _gone([row["pid"] for row in res.stall.ranks] + [res.launcher_pid])

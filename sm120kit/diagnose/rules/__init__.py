@@ -7,6 +7,11 @@ findings sorted by confidence, highest first.
 from __future__ import annotations
 
 from sm120kit.diagnose.rules import (
+    autotune_deadlock,
+    bundle_stall,
+    capture_stall,
+    checkpoint_config,
+    cold_start_timeout,
     collective_not_started,
     config_invalid,
     cross_node,
@@ -16,16 +21,20 @@ from sm120kit.diagnose.rules import (
     dcp_warmup,
     device_fault,
     doctor_checks,
+    error_evidence,
     first_dead_rank,
     flight_recorder,
     interposer,
     kernel_hang,
+    kv_cache_insufficient,
     library_version,
     nccl_counters,
     nccl_diag,
     out_of_memory,
     p2p_transport,
+    pasted_stack,
     ras_state,
+    serving_stall,
     shared_memory,
     stack_asymmetry,
     stall_unexplained,
@@ -36,7 +45,15 @@ from sm120kit.diagnose.rules.base import CATEGORIES, Finding, Rule, RuleContext
 from sm120kit.evidence.logs.analyze import Evidence
 
 RULES: tuple[Rule, ...] = (
+    bundle_stall.RULE,
     first_dead_rank.RULE,
+    checkpoint_config.RULE,
+    kv_cache_insufficient.RULE,
+    cold_start_timeout.RULE,
+    serving_stall.RULE,
+    autotune_deadlock.RULE,
+    capture_stall.RULE,
+    pasted_stack.RULE,
     out_of_memory.RULE,
     dcp_unsupported.RULE,
     config_invalid.RULE,
@@ -61,7 +78,10 @@ RULES: tuple[Rule, ...] = (
     interposer.RULE,
     doctor_checks.RULE,
     stall_unexplained.RULE,
+    error_evidence.RULE,
 )
+# catch-alls: reported only when no more specific finding exists
+_FALLBACK = ("stall-unexplained", "recorded-failure")
 assert all(r.category in CATEGORIES for r in RULES)
 assert len({r.id for r in RULES}) == len(RULES)
 
@@ -76,12 +96,14 @@ def run_rules(ctx: RuleContext) -> list[Finding]:
                              summary=f"rule {rule.id} failed: {type(exc).__name__}: {exc}",
                              evidence=[Evidence("sm120kit", 0, "internal rule error")])]
         out.extend(f for f in found if f.category in CATEGORIES)
-    specific = [f for f in out if f.rule != "stall-unexplained" and f.confidence >= 0.4]
+    specific = [f for f in out if f.rule not in _FALLBACK and f.confidence >= 0.4]
     if specific:
-        out = [f for f in out if f.rule != "stall-unexplained"]
-    # the first dead rank explains later cascades; when a more specific rule names the same
-    # cause (OOM, DCP rejection, config), keep both but rank the specific one first
-    out.sort(key=lambda f: (-f.confidence, f.rule))
+        out = [f for f in out if f.rule not in _FALLBACK]
+    elif any(f.rule == "stall-unexplained" for f in out):
+        out = [f for f in out if f.rule != "recorded-failure"]
+    # cause before effect: the mechanism that failed first, then where the run diverged, then
+    # what it led to (watchdog aborts, SIGABRT, EngineDeadError); confidence within a tier
+    out.sort(key=lambda f: (-f.rank_key, f.rule))
     return out
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from sm120kit.evidence.logs.analyze import Evidence, LogAnalysis, Proc
 from sm120kit.facts.kvcache import KvCapacity
@@ -19,8 +19,29 @@ from sm120kit.facts.kvcache import KvCapacity
 CATEGORIES: tuple[str, ...] = (
     "rank-crashed", "collective-desync", "p2p-transport", "shared-memory", "library-version",
     "interposer", "dcp-warmup", "dcp-unsupported", "kernel-hang", "out-of-memory",
-    "timeout-too-short", "config-invalid", "dcp-not-engaged", "unknown",
+    "timeout-too-short", "config-invalid", "dcp-not-engaged", "autotune-deadlock",
+    "checkpoint-config",
+    "kv-cache-insufficient", "cold-start-timeout", "serving-stall", "cudagraph-capture", "unknown",
 )
+# the phases a finding names (the field's words); the analysis' finer phases map onto them
+FIELD_PHASES: tuple[str, ...] = ("startup", "weight-load", "compile", "autotune", "warmup",
+                                 "capture", "serving")
+_FIELD_OF: dict[str, str] = {
+    "engine-init": "startup", "nccl-init": "startup", "model-load": "weight-load",
+    "torch-compile": "compile", "kv-cache-profile": "startup", "kernel-warmup": "warmup",
+    "autotune": "autotune", "cuda-graph-capture": "capture", "engine-ready": "startup",
+    "api-server-ready": "serving", "serving": "serving",
+}
+# causal position of a finding: the mechanism that failed (cause), where the run diverged or
+# stopped (position), or what it led to (effect: watchdog aborts, SIGABRT, EngineDeadError,
+# cascading timeouts). Ranking puts causes first, effects last, confidence breaks ties.
+Role = Literal["cause", "position", "effect"]
+ROLE_BONUS: dict[str, float] = {"cause": 0.12, "position": 0.0, "effect": -0.25}
+
+
+def field_phase(stage: str | None) -> str | None:
+    """``kernel-warmup`` → ``warmup``; None for unknown/terminal phases."""
+    return _FIELD_OF.get(stage) if stage else None
 # evidence tiers → the highest confidence a finding resting on them may claim
 TIER_CAP: dict[str, float] = {
     "dead-rank": 0.97,  # a traceback/death message of the first failing rank
@@ -68,9 +89,7 @@ class BundleFacts:
     processes: dict[str, Any] = field(default_factory=dict)
     collectors: list[dict[str, Any]] = field(default_factory=list)
     env: dict[str, Any] = field(default_factory=dict)
-    #: multi-node (``collect --ray``) bundles: the manifest's per-node records (folder, status,
-    #: error, workers, collectors); empty for one host
-    nodes: list[dict[str, Any]] = field(default_factory=list)
+    stall: dict[str, Any] | None = None  # stall.json: the supervisor's stall record
 
 
 @dataclass
@@ -106,11 +125,18 @@ class RuleContext:
         h = self.logs.signals.get(sid)
         return h.count if h else 0
 
+    def described_ev(self, i: int) -> Evidence:
+        """The i-th symptom a person described (prose), as evidence."""
+        src, line, text = self.logs.described.symptoms[i]
+        return Evidence(src, line, text)
+
     def stalled(self) -> bool:
         """Any sign that the run stopped making progress (waits, timeouts, deaths)."""
         lg = self.logs
         return bool(lg.shm_wait_open() or lg.watchdog or lg.rpc_timeouts or lg.deaths
                     or self.count("engine-ready-timeout") or self.count("gloo-timeout")
+                    or lg.described.symptoms or lg.described.stacks
+                    or lg.stopped_excerpt() is not None or lg.zero_progress is not None
                     or (self.bundle is not None and self.bundle.stacks))
 
 
@@ -125,6 +151,18 @@ class Finding:
     link: str | None = None
     ranks: list[int] = field(default_factory=list)
     tier: str = "config"
+    phase: str | None = None  # one of FIELD_PHASES when the evidence tells
+    role: Role = "position"
+
+    @property
+    def rank_key(self) -> float:
+        """Causal position first, then confidence (higher sorts first). A cause resting on weak
+        evidence (stacks, GPU state, config heuristics) gets half the bonus: it does not jump
+        ahead of a rank-level disagreement or a traceback."""
+        bonus = ROLE_BONUS[self.role]
+        if bonus > 0 and self.tier not in ("dead-rank", "disagreement"):
+            bonus /= 2
+        return self.confidence + bonus
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -136,6 +174,8 @@ class Finding:
             "fix": self.fix + (f" (see {self.link})" if self.link else ""),
             "ranks": self.ranks,
             "tier": self.tier,
+            "phase": self.phase,
+            "role": self.role,
         }
 
 
@@ -148,15 +188,19 @@ class Rule:
     check: Callable[[RuleContext], list[Finding]]
     fix: str = ""
     link: str | None = None
+    role: Role = "position"
 
     def finding(self, confidence: float, summary: str, evidence: list[Evidence], *,
                 fix: str | None = None, ranks: list[int] | None = None,
-                tier: str | None = None, category: str | None = None) -> Finding:
+                tier: str | None = None, category: str | None = None, phase: str | None = None,
+                role: Role | None = None) -> Finding:
         t = tier or self.tier
         return Finding(
             rule=self.id, category=category or self.category,
             confidence=min(confidence, TIER_CAP[t]), summary=summary, evidence=evidence,
-            fix=fix if fix is not None else self.fix, link=self.link, ranks=ranks or [], tier=t,
+            fix=fix if fix is not None else self.fix,
+            link=self.link if fix is None else None, ranks=ranks or [], tier=t,
+            phase=phase, role=role or self.role,
         )
 
 
@@ -174,3 +218,5 @@ def first_failing(ctx: RuleContext) -> Proc | None:
         return (0.0, p.first_error_order)
 
     return min(cands, key=key)
+
+

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from sm120kit.diagnose.rules.base import Finding, Rule, RuleContext
+from sm120kit.report import clip_words
 
 
 def check(ctx: RuleContext) -> list[Finding]:
@@ -20,7 +21,7 @@ def check(ctx: RuleContext) -> list[Finding]:
             seen.add(e.text)
             uniq.append(e)
     msg = uniq[0].text.split("] ")[-1]
-    return [RULE.finding(0.88, f"vLLM rejected the configuration: {msg[:240]}", uniq[:4])]
+    return [RULE.finding(0.88, f"vLLM rejected the configuration: {clip_words(msg, 240)}", uniq[:4])]
 
 
 RULE = Rule(

@@ -52,7 +52,8 @@ def check(ctx: RuleContext) -> list[Finding]:
         parts.append(f"{len(stack_warm)} stack(s) are inside warmup/autotune frames")
     conf = 0.7 + (0.1 if leader else 0) + (0.05 if stack_warm else 0)
     tier = "disagreement" if missing else ("stacks" if stack_warm else "disagreement")
-    return [RULE.finding(conf, "; ".join(parts), ev, ranks=missing or ranks, tier=tier)]
+    return [RULE.finding(conf, "; ".join(parts), ev, ranks=missing or ranks, tier=tier,
+                         phase="autotune" if leader else "warmup", role="cause")]
 
 
 RULE = Rule(

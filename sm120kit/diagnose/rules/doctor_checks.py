@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from sm120kit.diagnose.rules.base import Finding, Rule, RuleContext
 from sm120kit.evidence.logs.analyze import Evidence
+from sm120kit.report import clip_words
 
 # check id/area words → category (first match wins)
 _MAP: tuple[tuple[tuple[str, ...], str], ...] = (
@@ -45,7 +46,7 @@ def check(ctx: RuleContext) -> list[Finding]:
         conf = 0.45 if c.get("status") == "fail" else 0.3
         fix = str(c.get("fix") or RULE.fix)
         out.append(RULE.finding(
-            conf, f"doctor {c.get('status')}: {cid}: {str(c.get('summary', ''))[:200]}",
+            conf, f"doctor {c.get('status')}: {cid}: {clip_words(str(c.get('summary', '')), 200)}",
             [Evidence("doctor.json", i + 1, f"{cid}: {str(c.get('summary', ''))[:300]}")],
             fix=fix, category=_category(cid, str(c.get("area", "")))))
     return out[:4]

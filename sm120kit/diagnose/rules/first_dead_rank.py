@@ -2,18 +2,31 @@
 
 from __future__ import annotations
 
-from sm120kit.diagnose.rules.base import Finding, Rule, RuleContext, first_failing
-from sm120kit.evidence.logs.analyze import Evidence
+from sm120kit.diagnose.rules.base import Finding, Rule, RuleContext, field_phase, first_failing
+from sm120kit.evidence.logs.analyze import Evidence, Proc
+from sm120kit.report import clip_words
 
 _SECONDARY = ("Watchdog caught", "timed out", "Timeout", "shutting down", "died unexpectedly",
-              "EngineDeadError", "One or more workers failed", "failed to start")
+              "EngineDeadError", "One or more workers failed", "failed to start",
+              "initialization failed", "DistBackendError", "watchdog", "Failed core proc")
+# exceptions that report another process's failure, not their own
+_EFFECT_TYPES = ("TimeoutError", "EngineDeadError", "DistBackendError", "RayTaskError",
+                 "EngineCoreError")
 
 
 def check(ctx: RuleContext) -> list[Finding]:
     lg = ctx.logs
-    workers = [p for p in lg.procs.values() if p.role in ("worker", "main")]
-    dead = [p for p in workers if p.death is not None or p.exception is not None
-            or (p.first_error is not None and p.stalls.get("worker-died"))]
+    def failed(procs: list[Proc]) -> list[Proc]:
+        return [p for p in procs if p.death is not None or p.exception is not None
+                or (p.first_error is not None and (p.stalls.get("worker-died") or p.traceback))]
+
+    # workers first; the engine core, then the API server only when no worker failed (their
+    # errors usually report a worker's failure)
+    dead: list[Proc] = []
+    for roles in (("worker", "main"), ("engine-core", "other"), ("api-server",)):
+        dead = failed([p for p in lg.procs.values() if p.role in roles])
+        if dead:
+            break
     if not dead and not lg.deaths:
         return []
     p = first_failing(ctx) if dead else None
@@ -25,8 +38,12 @@ def check(ctx: RuleContext) -> list[Finding]:
         d, e, _k = lg.deaths[0]
         who = d.proc or (f"rank {d.rank}" if d.rank is not None else "a worker")
         code = f" (exit code {d.exit_code})" if d.exit_code is not None else ""
-        return [RULE.finding(0.8, f"{who} died{code}; no traceback of it is in the log", [e],
-                             ranks=[d.rank] if d.rank is not None else [])]
+        return [RULE.finding(0.8 if d.exit_code not in (-6, 134) else 0.5,
+                             f"{who} died{code}; no traceback of it is in the log"
+                             + (" (SIGABRT: usually the watchdog taking the process down after a "
+                                "collective timed out)" if d.exit_code in (-6, 134) else ""), [e],
+                             ranks=[d.rank] if d.rank is not None else [],
+                             role="effect" if d.exit_code in (-6, 134) else "position")]
     if p.first_error is not None:
         ev.append(p.first_error)
     if p.exception_ev is not None and p.exception_ev is not p.first_error:
@@ -37,14 +54,31 @@ def check(ctx: RuleContext) -> list[Finding]:
         if e not in ev:
             ev.append(e)
     what = f"{p.exception[0]}: {p.exception[1]}" if p.exception else (
+        "a traceback whose exception line is not in the input" if p.traceback else
         p.first_error.text if p.first_error else "an error")
-    # a timeout as the first error means the real failure left no trace in this log
-    secondary = any(s in what for s in _SECONDARY[:3])
-    where = p.tracker.stage or "startup"
-    conf = 0.6 if secondary else 0.85
+    stage = p.tracker.stage or lg.global_tracker.stage
+    phase = field_phase(stage)
+    where = phase or "startup"
+    if p.role != "worker" and lg.served:
+        where, phase = "serving", "serving"
+    etype = p.exception[0].rsplit(".", 1)[-1] if p.exception else ""
+    if etype in _EFFECT_TYPES or any(s in what for s in _SECONDARY):
+        # a timeout / dead-engine / watchdog exception reports that something else stopped:
+        # the failing process is not the one that hung or crashed
+        rpc = etype == "TimeoutError" and (ctx.hits("rpc-dequeue") or lg.rpc_timeouts)
+        desc = ("the engine's RPC to the workers timed out: a worker stopped answering (it hung "
+                "mid-step), it did not crash" if rpc else
+                f"{p.label} reports a failure elsewhere ({clip_words(what, 200)}); the cause is earlier in "
+                "the log or on another process")
+        return [RULE.finding(0.45 if not rpc else 0.6, desc, ev, phase=phase, role="effect",
+                             category="serving-stall" if rpc and where == "serving" else None,
+                             ranks=[p.rank] if p.rank is not None else [],
+                             fix="Find the first failure before it (other processes' tracebacks, "
+                                 "the lines above); `sm120kit collect` keeps every process's "
+                                 "output and stacks.")]
     return [RULE.finding(
-        conf, f"{p.label} failed first, during {where}: {what[:300]}", ev,
-        ranks=[p.rank] if p.rank is not None else [])]
+        0.85, f"{p.label} failed first, during {where}: {clip_words(what, 300)}", ev, phase=phase,
+        role="position", ranks=[p.rank] if p.rank is not None else [])]
 
 
 RULE = Rule(
@@ -55,5 +89,5 @@ RULE = Rule(
     check=check,
     fix="Fix the error in this rank's traceback first; timeouts and shm_broadcast waits on the "
         "other ranks are consequences of it.",
-    link="https://github.com/NVIDIA/nccl/issues/1284",
+    link=None,
 )

@@ -7,17 +7,15 @@ from sm120kit.diagnose.rules.base import Finding, Rule, RuleContext
 
 def check(ctx: RuleContext) -> list[Finding]:
     oom = ctx.hits("cuda-oom")
-    kv = ctx.hits("kv-cache-too-small")
     killed = ctx.hits("killed")
     out: list[Finding] = []
     if oom:
+        load = any("create_weights" in e.text or "load" in e.text for e in oom) or \
+            ctx.logs.global_tracker.stage == "model-load"
         out.append(RULE.finding(
-            0.9, f"CUDA out of memory ({ctx.count('cuda-oom')} line(s))", oom))
-    if kv:
-        out.append(RULE.finding(
-            0.88, "the KV cache cannot hold one request at max_model_len", kv,
-            fix="Raise --gpu-memory-utilization or lower --max-model-len; with DCP the KV cache "
-                "is split over the DCP ranks, so a larger --decode-context-parallel-size also helps."))
+            0.9, f"CUDA out of memory ({ctx.count('cuda-oom')} line(s))"
+            + (" while loading weights" if load else ""), oom,
+            phase="weight-load" if load else None, role="cause"))
     if killed and not oom:
         out.append(RULE.finding(
             0.7, "a process was killed (host OOM killer or SIGKILL)", killed,

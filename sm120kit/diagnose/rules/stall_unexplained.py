@@ -8,6 +8,8 @@ from sm120kit.evidence.logs.analyze import Evidence
 
 def check(ctx: RuleContext) -> list[Finding]:
     lg = ctx.logs
+    if lg.progressing_verdict() is not None:
+        return []  # waits while startup progress continues are expected, not a stall
     ev: list[Evidence] = []
     if lg.shm_waits and lg.shm_wait_open():
         ev.append(lg.shm_waits[0][1])
@@ -19,7 +21,8 @@ def check(ctx: RuleContext) -> list[Finding]:
     if not ev:
         return []
     ws = ctx.workers()
-    where = sorted({p.tracker.stage or "?" for p in ws}) or [lg.global_tracker.stage or "?"]
+    where = sorted({p.tracker.stage for p in ws if p.tracker.stage}) or \
+        [lg.global_tracker.stage or "an unknown phase (the log names none)"]
     waited = sum(s for s, _e, _k in lg.shm_waits)
     extra = f", {lg.shm_count} shm_broadcast wait(s) (~{waited} s)" if lg.shm_count else ""
     return [RULE.finding(

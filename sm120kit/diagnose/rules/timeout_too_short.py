@@ -22,24 +22,14 @@ def check(ctx: RuleContext) -> list[Finding]:
                 "compile on one rank took longer than the RPC timeout", [ev] + jit[-2:],
                 fix="Raise VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS (default 300) and warm the JIT "
                     "cache before serving (`sm120kit warmup`)."))
-    ready = ctx.hits("engine-ready-timeout")
-    if ready:
-        loading = [p for p in ctx.workers() if p.tracker.stage in _STARTUP]
-        out.append(RULE.finding(
-            0.7 if loading else 0.5,
-            "the frontend gave up waiting for the engine to start"
-            + (f" while {len(loading)} worker(s) were still in {loading[0].tracker.stage}"
-               if loading else ""), ready[:2],
-            fix="Raise VLLM_ENGINE_READY_TIMEOUT_S (default 600) for slow weight loading/"
-                "compiles, or speed the load up (local NVMe, fastsafetensors)."))
     for r, ev, _k in lg.watchdog:
         if r.timeout_ms is not None and r.timeout_ms < 600000 and r.ran_ms is not None:
             phases = {p.tracker.stage for p in ctx.workers() if p.tracker.stage}
-            if phases & set(_STARTUP):
+            if phases & set(_STARTUP) or r.timeout_ms < 60000:
                 out.append(RULE.finding(
                     0.55, f"a {r.timeout_ms // 1000} s NCCL timeout fired during startup "
-                    f"({', '.join(sorted(phases & set(_STARTUP)))}), which can legitimately take "
-                    "longer", [ev],
+                    f"({', '.join(sorted(phases & set(_STARTUP))) or 'its first collectives'}), "
+                    "which can legitimately take longer", [ev], role="cause",
                     fix="Raise --distributed-timeout-seconds (torch's NCCL default is 600 s) "
                         "or confirm with stacks that a rank is really stuck."))
             break

@@ -7,12 +7,14 @@ capped (``MAX_RECORDS``), named signals keep the first ``MAX_SIGNAL_EVIDENCE`` h
 
 from __future__ import annotations
 
+import io
 import re
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from sm120kit.evidence.logs.described import DescribedScan
 from sm120kit.evidence.logs.nccl_diag import MARK as NCCL_DIAG_MARK
 from sm120kit.evidence.logs.nccl_diag import NcclDiag
 from sm120kit.evidence.logs.parsers import (
@@ -28,16 +30,23 @@ from sm120kit.evidence.logs.parsers import (
     shm_wait_seconds,
     worker_death,
 )
+from sm120kit.evidence.logs.paste import HEAD, PasteProfile, PasteReader
 from sm120kit.evidence.logs.prefix import Origin, attribute, role_of, worker_parts
 from sm120kit.evidence.logs.signals import match_signals
 from sm120kit.evidence.logs.stream import StreamStats, scan
 from sm120kit.evidence.logs.versions import VersionScan
-from sm120kit.evidence.phases import PhaseTracker, classify_line, stall_signal, strip_ansi
+from sm120kit.evidence.phases import (
+    PHASE_INDEX,
+    PhaseTracker,
+    classify_line,
+    stall_signal,
+    strip_ansi,
+)
 from sm120kit.facts.kvcache import KvLines, feed_kv_line
 
 MAX_RECORDS = 2000
 MAX_SIGNAL_EVIDENCE = 5
-MAX_TEXT = 400
+MAX_TEXT = 2000  # evidence text kept whole for JSON; renderers shorten at word boundaries
 TAIL = 6
 _EMBEDDED = re.compile(
     r"(?<=\S)\s?(?=\((?:Worker|VllmWorker|EngineCore|APIServer|ApiServer|RayWorker)\w*(?: rank=\d+)? pid=\d+)"
@@ -46,6 +55,28 @@ _RANK_ASSIGN = re.compile(r"\brank (?P<r>\d+) in world size (?P<w>\d+) is assign
 _WORLD_RANK = re.compile(r"world_size=(?P<w>\d+) rank=(?P<r>\d+) local_rank=")
 _SOURCE_RANK = re.compile(r"(?:^|[^a-z])(?:rank|worker)[_-]?(?P<r>\d+)", re.IGNORECASE)
 _FRAME = re.compile(r'^\s+File "[^"]+", line \d+')
+# what makes a line a recorded failure (besides ERROR/CRITICAL levels, glog E/F, tracebacks and
+# exception lines): timeouts, deaths, aborts, non-zero exits
+_FAIL = re.compile(
+    r"timed out|Timed out|[Tt]imeout at|TimeoutError|died\b|exit code:? -?[1-9]|exit(?:ed)? with "
+    r"(?:code|status) -?[1-9]|\bRC=[1-9]|_RC=[1-9]|\brc=[1-9]|returncode[ =:]+-?[1-9]"
+    r"|Aborted|Segmentation fault|core dumped|terminate called|Fatal Python error|\bFAILED\b"
+    r"|SIG(?:ABRT|SEGV|KILL|BUS)|EngineDeadError|initialization failed|failed to start"
+    r"|Watchdog caught|[Hh]eartbeat monitor timed out|CUDA error|NCCL error|ncclSystemError"
+    r"|ncclInternalError|ncclUnhandledCudaError|ncclInvalidUsage|out of memory")
+_FAIL_GATE = ("imed out", "imeout", "died", "exit", "RC=", "rc=", "returncode", "Abort", "ault",
+              "dumped", "terminate", "Fatal", "FAILED", "SIG", "EngineDead", "failed", "atchdog",
+              "eartbeat", "error", "ncclSystem", "ncclInternal", "ncclUnhandled", "ncclInvalid",
+              "of memory")
+_METRICS = re.compile(r"generation throughput: (?P<g>[\d.]+) tokens/s, Running: (?P<r>\d+) req")
+_PROGRESS = re.compile(r"(?:(?P<pct>\d{1,3})%\|[^|]*\| ?|\b)(?P<d>\d+)/(?P<t>\d+) ?(?:\[(?P<el>[\d:]+)|\b)")
+_VLLM_VER = re.compile(r"(?i)\bvllm(?: version|[ =:]+v?|==)(?P<v>\d+\.\d+\.\d+[\w.+]*)|version (?P<b>\d+\.\d+\.\d+\S*)$"
+                       r"|LLM engine \(v(?P<e>\d+\.\d+\.\d+\S*?)\)")
+_LAUNCH = re.compile(r"█\s+version\s+\S|vLLM API server version|non-default args:|Launching vLLM")
+# startup steps that legitimately run for minutes with little output
+_SLOW = frozenset({"autotune", "kernel-warmup", "cuda-graph-capture", "torch-compile", "model-load"})
+_DONE = re.compile(r"\btook [\d.]+ ?s|\btakes? [\d.]+ ?s(?:econds)? in total|Init COMPLETE|"
+                   r"\bfinished\b|\bcompleted? in\b|Loading weights took")
 _OPCOUNT = re.compile(r"(?P<op>\w+): opCount (?P<n>[0-9a-f]+) .*?comm (?P<comm>0x[0-9a-f]+)")
 
 
@@ -118,6 +149,7 @@ class Proc:
     tail: deque[Evidence] = field(default_factory=lambda: deque(maxlen=TAIL))
     phase_ev: dict[str, Evidence] = field(default_factory=dict)
     nccl_keys: set[str] = field(default_factory=set)
+    traceback: bool = False  # printed a traceback (frames), with or without its exception line
 
     @property
     def label(self) -> str:
@@ -191,6 +223,31 @@ class LogAnalysis:
         self.fast_lines = 0  # lines of learned boring call sites (parsers skipped)
         self.kv = KvLines()  # vLLM's KV cache lines (sm120kit.facts.kvcache)
         self.nccl_diag = NcclDiag()  # NCCL >= 2.31 'NCCL DIAG' report
+        # what people describe: topology tables, GPU state, the symptom in words
+        self.described = DescribedScan()
+        # recorded failures (no false all-clear): the first few lines and how many
+        self.failures: list[Evidence] = []
+        self.failure_count = 0
+        # launches in this input (a paste may hold several): never compared with each other
+        self.run = 0
+        self.run_versions: list[str | None] = [None]
+        self.earlier_runs: list[PhaseTracker] = []
+        # serving: metrics intervals with 0.0 tokens/s while requests run
+        self.served = False
+        self.metrics_lines = 0
+        self.zero_streak = 0
+        self.zero_streak_max = 0
+        self.zero_streak_open = False
+        self.zero_streak_ev: list[Evidence] = []
+        # startup progress bars: (field words, done, total, evidence)
+        self.progress: tuple[str, int, int, Evidence] | None = None
+        self.zero_progress: Evidence | None = None  # "0/16 [..., 0.00 toks/s]" as the last bar
+        self.last_text: Evidence | None = None  # the input's last line (an excerpt's end)
+        self.t_first: float | None = None
+        self.t_last: float | None = None
+        self.paste: dict[str, dict[str, Any]] = {}
+        self.binary_sources: list[str] = []
+        self._ticket: dict[str, bool] = {}  # source → pasted report (Markdown around the log)
 
     # -- input ------------------------------------------------------------------------------
     def feed_stream(self, source: str, fh: IO[bytes]) -> StreamStats:
@@ -199,9 +256,25 @@ class LogAnalysis:
         m = _SOURCE_RANK.search(source.rsplit("/", 1)[-1])
         if m:
             self._source_default[source] = f"rank {int(m.group('r'))}"
+        head = fh.read(HEAD + 1)
+        whole = len(head) <= HEAD
+        if head and _binary(head):
+            self.binary_sources.append(source)
+        prof = PasteProfile.detect(head, whole)
+        self._ticket[source] = prof.markdown
+        stream: IO[bytes] = _Prefixed(head, fh)  # type: ignore[assignment]
         try:
-            for lineno, raw in scan(fh, stats=st):
-                self.feed_line(source, lineno, raw)
+            if prof.active:
+                rd = PasteReader(prof)
+                rows = ((n, r.decode("utf-8", "replace")) for n, r in scan(stream, stats=st))
+                for lineno, text in rd.lines(rows):
+                    self.feed_text(source, lineno, text)
+                self.paste[source] = {"joined_lines": rd.joined, "fences": rd.fenced,
+                                      "repairs": [k for k, v in vars(prof).items() if v is True]}
+            else:
+                for lineno, raw in scan(stream, stats=st):
+                    self.feed_line(source, lineno, raw)
+            self._bulk_metrics(source, st)
         finally:  # a truncated stream still reports what it read
             for lineno, raw in st.last_nccl.values():
                 self.feed_line(source, lineno, raw, tail_only=True)
@@ -216,7 +289,9 @@ class LogAnalysis:
             self.feed_line(source, i, ln.encode("utf-8", "surrogateescape"))
 
     def feed_line(self, source: str, lineno: int, raw: bytes, tail_only: bool = False) -> None:
-        text = raw.decode("utf-8", "replace")
+        self.feed_text(source, lineno, raw.decode("utf-8", "replace"), tail_only)
+
+    def feed_text(self, source: str, lineno: int, text: str, tail_only: bool = False) -> None:
         if "\x1b" in text:
             text = strip_ansi(text)
         if "\x00" in text:
@@ -243,6 +318,8 @@ class LogAnalysis:
                                      "The above")) or exception_line(text) is not None):
                 return self.procs[prev]
             key = self._source_default.get(source, "main")
+            if self.run:
+                key = f"{key}#{self.run + 1}"
         else:
             key = o.key
         p = self.procs.get(key)
@@ -278,6 +355,9 @@ class LogAnalysis:
         t = o.t if o.t is not None else self._t_last.get(source)
         if o.t is not None:
             self._t_last[source] = o.t
+            if self.t_first is None:
+                self.t_first = o.t
+            self.t_last = o.t
         p.lines += 1
         if p.first is None:
             p.first = ev
@@ -285,6 +365,8 @@ class LogAnalysis:
         if t is not None:
             p.last_t = t
         p.tail.append(ev)
+        if not tail_only and len(o.message.strip()) >= 12:
+            self.last_text = ev
         if tail_only:
             if "opCount" in text:
                 m = _OPCOUNT.search(text)
@@ -338,8 +420,22 @@ class LogAnalysis:
 
     def _analyse(self, p: Proc, o: Origin, text: str, msg: str, ev: Evidence, t: float | None,
                  ts: float, phase: str | None) -> None:
+        # a new launch in the same input: its own timeline, its own watchdog sequence numbers
+        if phase == "engine-init" or "vllm" in text or "vLLM" in text:
+            self._launch(text, phase)
         # versions / config
         self.vs.feed(text)
+        self.described.feed(ev.source, ev.line, text)
+        if o.kind == "plain" and o.level is None and self._ticket.get(ev.source):
+            self.described.feed_prose(ev.source, ev.line, msg)
+        if o.kind != "nccl":
+            self._failure(o, msg, text, ev)
+        if phase == "serving":
+            self.served = True
+        if "throughput" in msg:
+            self._metrics(msg, ev)
+        if "/" in msg and (phase is not None or "%|" in msg or "it/s" in msg or "s/it" in msg):
+            self._progress(msg, ev, phase or p.tracker.stage)
         # error bookkeeping
         is_err = (
             o.level in ("ERROR", "CRITICAL")
@@ -352,6 +448,10 @@ class LogAnalysis:
             return
         if is_err and p.first_error is None and phase == "error":
             p.first_error, p.first_error_t, p.first_error_order = ev, t, self.order
+        if not p.traceback and ("Traceback" in msg or (msg[:1] == " " and _FRAME.match(msg))):
+            p.traceback = True
+            if p.first_error is None:
+                p.first_error, p.first_error_t, p.first_error_order = ev, t, self.order
         exc = exception_line(msg) if ("Error" in msg or "Exception" in msg or "c10::" in msg) else None
         if exc is not None and p.exception is None and not _FRAME.match(msg):
             p.exception = exc
@@ -372,6 +472,7 @@ class LogAnalysis:
                 self.shm_waits[-1] = (secs, ev, p.key)
         wd = parse_watchdog(text)
         if wd is not None:
+            wd.run, wd.t = self.run, t
             if wd.rank is None:
                 wd.rank = o.rank if o.rank is not None else p.rank
             if len(self.watchdog) < MAX_RECORDS:
@@ -396,6 +497,8 @@ class LogAnalysis:
             self.nccl_warn_count += 1
             if len(self.nccl_warns) < 50:
                 self.nccl_warns.append(ev)
+            if "rror" in msg or "ailed" in msg or "imeout" in msg or "imed out" in msg:
+                self._note_failure(ev)
             if p.first_error is None and ("rror" in msg or "ailure" in msg):
                 p.first_error, p.first_error_order = ev, self.order
         if " via " in msg:
@@ -438,6 +541,163 @@ class LogAnalysis:
                 if v is not None:
                     h.values.add(v)
 
+    def _launch(self, text: str, phase: str | None) -> None:
+        """Start a new run when a launch banner follows a run that got past its start, or when
+        the line names another vLLM version than the current run's."""
+        m = _VLLM_VER.search(text)
+        ver = (m.group("v") or m.group("b") or m.group("e")) if m else None
+        cur = self.run_versions[self.run]
+        new = False
+        if ver is not None and cur is not None and ver != cur:
+            new = True
+        elif phase == "engine-init" and _LAUNCH.search(text) and \
+                self.global_tracker._high > PHASE_INDEX["engine-init"]:
+            new = True
+        if new:
+            self.earlier_runs.append(self.global_tracker)
+            self.global_tracker = PhaseTracker()
+            self.run += 1
+            self.run_versions.append(ver)
+            self.shm_high_last = -1
+        elif ver is not None and cur is None:
+            self.run_versions[self.run] = ver
+
+    def _failure(self, o: Origin, msg: str, text: str, ev: Evidence) -> None:
+        if o.level in ("ERROR", "CRITICAL") or msg.startswith("Traceback"):
+            self._note_failure(ev)
+            return
+        if o.kind == "torch" and o.level is None and msg.startswith("[") and msg[1:2] in "EF":
+            self._note_failure(ev)
+            return
+        if o.level in ("INFO", "DEBUG"):
+            if "died" in msg or "imed out" in msg or "exit code" in msg:
+                if _FAIL.search(msg):
+                    self._note_failure(ev)
+            return
+        for g in _FAIL_GATE:
+            if g in text:
+                if _FAIL.search(text):
+                    self._note_failure(ev)
+                    return
+                break
+        if exception_line(msg) is not None or "AssertionError" in text or "Error: " in text:
+            self._note_failure(ev)
+        elif msg[:1] in " \tfF" and (_FRAME.match(msg) or msg.startswith("frame #")
+                                      or (msg.startswith('File "') and ", line " in msg)):
+            self._note_failure(ev)  # traceback frames (their exception line may be cut off)
+
+    def _note_failure(self, ev: Evidence) -> None:
+        self.failure_count += 1
+        if len(self.failures) < 8:
+            self.failures.append(ev)
+
+    def _bulk_metrics(self, source: str, st: StreamStats) -> None:
+        """Metrics lines the stream counted as chatter: a non-zero one after the last zero one
+        closes the zero-throughput streak."""
+        self.metrics_lines += st.metrics_bulk
+        if st.metrics_bulk:
+            self.served = True
+        last = self.zero_streak_ev[-1] if self.zero_streak_ev else None
+        if last is not None and last.source == source and st.metrics_nonzero_last > last.line:
+            self.zero_streak = 0
+            self.zero_streak_open = False
+            self.zero_streak_ev = []
+
+    def _metrics(self, msg: str, ev: Evidence) -> None:
+        m = _METRICS.search(msg)
+        if not m:
+            return
+        self.metrics_lines += 1
+        self.served = True
+        if float(m.group("g")) == 0.0 and int(m.group("r")) > 0:
+            prev = self.zero_streak_ev[-1] if self.zero_streak_ev else None
+            st = self.stats.get(ev.source)
+            if prev is not None and st is not None and prev.source == ev.source and any(
+                    prev.line < n < ev.line for n in st.metrics_nonzero):
+                # a non-zero interval (read as chatter) came between: the streak restarts
+                self.zero_streak, self.zero_streak_ev = 0, []
+            self.zero_streak += 1
+            self.zero_streak_open = True
+            if len(self.zero_streak_ev) < 2:
+                self.zero_streak_ev.append(ev)
+            else:
+                self.zero_streak_ev[-1] = ev
+            self.zero_streak_max = max(self.zero_streak_max, self.zero_streak)
+        elif self.zero_streak or self.zero_streak_open:
+            self.zero_streak = 0
+            self.zero_streak_open = False
+            self.zero_streak_ev = []
+
+    def _progress(self, msg: str, ev: Evidence, stage: str | None) -> None:
+        # tqdm repeats its bar on one line (CR without LF): the last one counts
+        bars = list(_PROGRESS.finditer(msg[-400:] if len(msg) > 400 else msg))
+        if not bars:
+            return
+        m = bars[-1]
+        d, tot = int(m.group("d")), int(m.group("t"))
+        if tot <= 1 or d > tot or tot > 1_000_000:
+            return
+        what = stage or "startup"
+        if self.shm_count and (self.progress is None or self.progress[1] != d):
+            self.shm_high_last = -1  # progress after the shm_broadcast waits: not a stall
+        self.progress = (what, d, tot, ev)
+        if "toks/s" in msg or "tokens/s" in msg:
+            self.zero_progress = ev if d == 0 else None
+
+    def is_ticket(self) -> bool:
+        """The input is a pasted report (Markdown), not a log file written by the run."""
+        return any("markdown" in info.get("repairs", []) for info in self.paste.values())
+
+    def stopped_excerpt(self) -> str | None:
+        """A pasted excerpt that ends during a short startup step (no progress bar, no slow
+        phase running): the run stopped there or the failure is after the excerpt. None for
+        logs, for slow phases (autotune, warmup, capture, a weight-load bar) and for runs that
+        reached ready."""
+        if not self.is_ticket() or self.failures:
+            return None
+        stage = self.global_tracker.stage
+        if stage is None or PHASE_INDEX.get(stage, 0) >= PHASE_INDEX["engine-ready"] or \
+                stage == "engine-init" or self.described.praise:
+            return None
+        if stage in _SLOW and not self.finished_last():
+            return None
+        if self.progress is not None and self.progress[1] < self.progress[2] and \
+                self.last_text is not None and self.progress[3].line >= self.last_text.line - 2:
+            return None
+        return stage
+
+    def finished_last(self) -> bool:
+        """The last line reports a step as finished ('took 4.5 s', 'Init COMPLETE')."""
+        t = self.last_text.text if self.last_text else ""
+        return bool(_DONE.search(t))
+
+    def progressing_verdict(self) -> str | None:
+        """``progressing: autotune 14/22 after 9 min`` when the last run is still starting up
+        without a recorded failure; None otherwise."""
+        d = self.described
+        if self.failures or self.watchdog or self.rpc_timeouts or self.deaths or d.symptoms \
+                or d.complaints or d.stacks:
+            return None
+        stage = self.global_tracker.stage
+        if stage is None and self.shm_count and self.signals.get("jit-compile"):
+            return "progressing: JIT compile (shm_broadcast waits while nvcc runs are expected)"
+        if stage is None or PHASE_INDEX.get(stage, 0) >= PHASE_INDEX["engine-ready"]:
+            return None
+        if self.stopped_excerpt() is not None:
+            return None
+        if self.shm_wait_open() and not self.signals.get("jit-compile"):
+            return None  # minutes of shm_broadcast waits with no progress after them
+        words = stage
+        if self.progress is not None:
+            what, done, tot, _ev = self.progress
+            if done < tot:
+                words = f"{what} {done}/{tot}"
+        span = ""
+        if self.t_first is not None and self.t_last is not None and self.t_last > self.t_first:
+            mins = (self.t_last - self.t_first) / 60.0
+            span = f" after {mins:.0f} min" if mins >= 1 else f" after {self.t_last - self.t_first:.0f} s"
+        return f"progressing: {words}{span}"
+
     # -- results ----------------------------------------------------------------------------
     def finish(self) -> None:
         """Merge rank-only streams (torch ``[rankN]:`` lines) into the process with that rank."""
@@ -473,6 +733,38 @@ class LogAnalysis:
     def workers(self) -> list[Proc]:
         ws = [p for p in self.procs.values() if p.role == "worker"]
         return sorted(ws, key=lambda p: (p.rank if p.rank is not None else 1 << 30, p.pid or 0))
+
+
+class _Prefixed(io.RawIOBase):
+    """A binary stream that first returns ``head`` (already read to look at), then ``fh``."""
+
+    def __init__(self, head: bytes, fh: IO[bytes]) -> None:
+        self._head = head
+        self._fh = fh
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int = -1) -> bytes:
+        if self._head:
+            if n < 0 or n >= len(self._head):
+                out, self._head = self._head, b""
+                if n < 0:
+                    return out + self._fh.read()
+                return out
+            out, self._head = self._head[:n], self._head[n:]
+            return out
+        return self._fh.read(n)
+
+
+def _binary(head: bytes) -> bool:
+    """No text evidence: NUL bytes, or mostly bytes that are neither UTF-8 nor printable."""
+    sample = head[:8192]
+    if sample.count(b"\x00") > len(sample) // 100:
+        return True
+    text = sample.decode("utf-8", "replace")
+    bad = text.count("\ufffd") + sum(1 for c in text if ord(c) < 32 and c not in "\t\n\r\x1b\x0c")
+    return bad > len(text) // 10
 
 
 def _merge(dst: Proc, src: Proc) -> None:

@@ -14,7 +14,7 @@ _WORK = re.compile(
     r"WorkNCCL\(SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+)"
     r"(?:, NumelIn=(?P<nin>-?\d+), NumelOut=(?P<nout>-?\d+))?"
     r"(?:, Timeout\(ms\)=(?P<tmo>\d+))?\)"
-    r"(?: ran for (?P<ran>\d+) milliseconds)?"
+    r"(?: ?ran for (?P<ran>\d+) ?milliseconds)?"
 )
 _PG = re.compile(
     r"\[(?:PG ID (?P<pgid>\d+) PG GUID (?P<guid>[^ \]]+)(?: ?\((?P<gdesc>[^)]*)\))?"
@@ -41,6 +41,8 @@ class WatchdogRecord:
     ran_ms: int | None = None
     last_enqueued: int | None = None
     last_completed: int | None = None
+    run: int = 0  # which launch of the input it belongs to
+    t: float | None = None  # log time of the line (sortable seconds), when it has one
 
 
 def parse_watchdog(line: str) -> WatchdogRecord | None:

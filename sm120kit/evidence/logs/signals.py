@@ -17,7 +17,15 @@ _TABLE: tuple[tuple[str, str, str], ...] = (
      r"|CUBLAS_STATUS_ALLOC_FAILED|Failed to CUDA calloc|out of memory"),
     ("kv-cache-too-small", "cache", r"No available memory for the cache blocks"
      r"|larger than the available KV cache memory|Insufficient memory for KV cache"
-     r"|num_gpu_blocks.*(?:<=|is) 0"),
+     r"|num_gpu_blocks.*(?:<=|is) 0"
+     r"|larger than the maximum number of tokens that can be stored in KV cache"),
+    ("kv-available", "Available KV cache memory", r"Available KV cache memory: -?[\d.]+ ?GiB"),
+    # checkpoint / config of the model
+    ("experts-count", "number of experts", r"Local/global number of experts: (?P<v>\d+/\d+)"),
+    ("weight-shape-mismatch", "Attempted to load weight", r"Attempted to load weight \(torch\.Size"),
+    ("weight-key-missing", "'", r"(?:KeyError|Error): '(?:model\.)?[\w.]+\.(?:weight|bias|weight_scale\w*)'"),
+    ("drafter-load", "draft", r"drafter\.load_model|[Dd]raft model|Loading drafter"),
+    ("spec-config", "speculative", r"speculative[-_]config|num_speculative_tokens"),
     # DCP support on the backend
     ("dcp-not-supported", "DCP", r"DCP not supported|does not support (?:DCP|decode context parallel)"
      r"|DCP is not supported"),
@@ -31,7 +39,11 @@ _TABLE: tuple[tuple[str, str, str], ...] = (
     ("sm120-autotune-empty", "autotune cache entries", r"No FlashInfer SM120 sparse MLA \S+ decode autotune cache entries"),
     ("sparse-mla-warmup", "sparse_mla", r"flashinfer_sparse_mla_warmup|sparse_mla_decode_autotune_warmup"),
     ("autotuner-start", "utotun", r"Autotuning process starts|\[Autotuner\]"),
-    ("jit-compile", "JIT", r"JIT compilation during inference|Triton kernel JIT|JIT compil"),
+    ("jit-compile", "JIT", r"JIT compilation during inference|Triton kernel JIT|JIT compil|JIT cache"
+     r"|FlashInfer JIT|JIT\b.*(?:build|compil)"),
+    ("jit-compile", "nvcc", r"\bnvcc\b"),
+    ("jit-compile", "ompil", r"[Cc]ompiling (?:CUDA|kernel|module|extension|\w+ kernels?)"),
+    ("autotune-mention", "utotun", r"[Aa]uto-?tun(?:e|er|ing)|AutoTuner"),
     # shared memory / IPC
     ("shm-error", "shm", r"/dev/shm|shm_open|Error while creating shared memory segment"
      r"|could not attach to shared memory|shared memory ring buffer"),
@@ -43,6 +55,14 @@ _TABLE: tuple[tuple[str, str, str], ...] = (
      r"|peer access is not supported|P2P is disabled|cudaErrorPeerAccess|peer mapping resources exhausted"),
     ("custom-ar-disabled", "ustom allreduce is disabled", r"Custom allreduce is disabled"),
     ("nccl-p2p-env", "NCCL_P2P", r"NCCL_P2P_(?:DISABLE|LEVEL)"),
+    ("acs-iommu", "ACS", r"\bACS\b|ACSCtl|Access Control Services"),
+    ("acs-iommu", "IOMMU", r"\bIOMMU\b"),
+    ("acs-iommu", "iommu", r"\biommu=|amd_iommu|intel_iommu"),
+    ("p2p-mention", "P2P", r"\bP2P\b(?! Chunksize| plugin)"),
+    ("p2p-mention", "peer", r"(?i)peer[- ]to[- ]peer|peer (?:path|access|traffic)"),
+    ("custom-ar", "ustom", r"--disable-custom-all-reduce|[Cc]ustom all-?reduce"),
+    ("first-collective", "first", r"first (?:collective|all_?reduce|all-reduce|ncclAllReduce|NCCL "
+     r"(?:collective|call|op))"),
     ("nccl-remote-error", "remote", r"remote process exited or there was a network error|NET/\w+ : .*(?:error|failed)"),
     ("nccl-unhandled-cuda", "unhandled", r"unhandled cuda error|ncclUnhandledCudaError|unhandled system error|ncclSystemError"),
     ("nccl-internal", "internal error", r"internal error - please report this issue to the NCCL developers|ncclInternalError"),
@@ -60,9 +80,22 @@ _TABLE: tuple[tuple[str, str, str], ...] = (
     ("flashinfer-api", "FlashInfer", r"requires FlashInfer's sparse MLA decode API|FlashInfer build containing"
      r"|flashinfer.*(?:has no attribute|cannot import name)"),
     ("import-error", "mport", r"ImportError|ModuleNotFoundError|cannot import name"),
+    ("nccl-arch-unsupported", "exceeds", r"ncclMaxSharedMem \d+ exceeds device/fn maxSharedMem"),
+    ("cuda-too-old", "gpu-name", r"Value 'sm_\d+\w?' is not defined for option 'gpu-name'"),
+    ("cuda-too-old", "requires CUDA", r"requires CUDA ?>= ?\d+\.\d+"),
+    ("cuda-too-old", "nvcc", r"(?i)nvcc V?12\.[0-8]\.\d+.*(?:crash|fail|error)"),
     ("driver-too-old", "driver", r"CUDA driver version is insufficient|driver version is insufficient"
      r"|The NVIDIA driver on your system is too old"),
     ("version-mismatch", "ersion", r"version mismatch|[Ii]ncompatible version|requires \S+ ?[<>=]=? ?\d"),
+    ("flashinfer-version-check", "does not match flashinfer", r"flashinfer-cubin version \(\S+\) does "
+     r"not match flashinfer version|flashinfer-jit-cache version \(\S+\) does not match"),
+    ("flashinfer-version-check", "FLASHINFER_DISABLE_VERSION_CHECK", r"FLASHINFER_DISABLE_VERSION_CHECK"),
+    ("nccl-version-mention", "NCCL", r"NCCL[\w ]{0,24}?:? ?v?(?P<v>2\.\d{1,2}\.\d{1,2})"),
+    ("sm120-gpu", "6000", r"(?i)RTX PRO 6000(?! Ada)"),
+    ("sm120-gpu", "RTX 50", r"RTX 50[6-9]0"),
+    ("sm120-gpu", "sm_12", r"sm_12[01]"),
+    ("sm120-gpu", "SM", r"\bSM ?12[01]\b|\bSM 12\.x"),
+    ("sm120-gpu", "apability", r"[Cc]apability:? \(?12[.,] ?[01]"),
     # interposers / overrides
     ("ld-preload", "LD_PRELOAD", r"LD_PRELOAD"),
     ("nccl-so-path", "VLLM_NCCL_SO_PATH", r"VLLM_NCCL_SO_PATH"),
@@ -77,6 +110,11 @@ _TABLE: tuple[tuple[str, str, str], ...] = (
      r"|Selected backend \S+ is not valid|backend .* does not support"),
     ("cudagraph-full", "cudagraph_mode", r"cudagraph_mode['\"]?[:=] ?['\"]?(?:CUDAGraphMode\.)?FULL"),
     # timeouts with a finer id than their stall id come from phases.STALL_MESSAGES (below)
+    ("engine-init-failed-empty", "Failed core proc", r"Failed core proc\(s\): \{\}"),
+    ("engine-ready-env", "VLLM_ENGINE_READY_TIMEOUT_S", r"VLLM_ENGINE_READY_TIMEOUT_S"),
+    ("cudagraph-capture", "raph", r"init_cuda_graphs|capture_cudagraph|[Cc]apturing CUDA graph|CUDA graph "
+     r"capture|cuda-graph-max-bs|graph capture"),
+    ("rpc-dequeue", "get_response", r"in get_response|mq\.dequeue\(timeout|get_response\b"),
     ("fr-disabled", "FlightRecorder is disabled", r"FlightRecorder is disabled"),
     ("killed", "Killed", r"^Killed$|\bKilled\b.*(?:process|signal)|oom-kill|Out of memory: Killed"),
     ("segfault", "egmentation", r"Segmentation fault|SIGSEGV"),

@@ -23,7 +23,15 @@ BLOCK = 1 << 20
 MAX_LINE = 64 * 1024
 NCCL_INFO = b" NCCL INFO "
 # NCCL INFO lines worth parsing; every other NCCL INFO line is skipped unparsed
-NCCL_KEEP: tuple[bytes, ...] = (b" via ", b"NCCL version", b"Init COMPLETE", b" nRanks ", b"NCCL_", b".cc:")
+NCCL_KEEP: tuple[bytes, ...] = (b" via ", b"NCCL version", b"Init COMPLETE", b" nRanks ", b"NCCL_", b".cc:",
+                               b"exceeds")
+
+
+# Serving chatter: HTTP access lines (not 5xx), request lifecycle lines and speculative-decoding
+# metrics. They dominate a busy server's log and say nothing beyond "serving"; of each run of them
+# only the last line is parsed (it keeps the phase, the process's last line and the line numbers
+# right). A 5xx status or a metrics line with 0.0 tokens/s is never part of a run.
+_BULK_HINT = (b"HTTP/1.", b" request ", b"SpecDecoding", b"generation throughput: ")
 
 
 @dataclass
@@ -32,6 +40,12 @@ class StreamStats:
     lines: int = 0
     long_lines: int = 0  # lines cut at max_line
     nccl_skipped: int = 0
+    bulk_skipped: int = 0  # serving chatter lines not parsed (each run's last line is)
+    # metrics lines with a non-zero generation throughput, counted as chatter: how many, and the
+    # number of the last one (a stall that recovered is no stall)
+    metrics_bulk: int = 0
+    metrics_nonzero_last: int = 0
+    metrics_nonzero: list[int] = field(default_factory=list)  # in the block being read
     last_nccl: dict[bytes, tuple[int, bytes]] = field(default_factory=dict)
 
 
@@ -55,9 +69,46 @@ def _nccl_key(line: bytes) -> bytes | None:
     return head[: c + 1]
 
 
+def _scan_bulk(buf: bytes, base: int, st: StreamStats) -> tuple[list[tuple[int, bytes]], int]:
+    """A block without NCCL INFO lines: every line, except runs of serving chatter (only the
+    last line of each run is kept). Substring tests only: no regex per line."""
+    lines = buf.split(b"\n")
+    lines.pop()
+    out: list[tuple[int, bytes]] = []
+    pend: tuple[int, bytes] | None = None
+    skipped = 0
+    st.metrics_nonzero = []
+    for i, ln in enumerate(lines, base + 1):
+        if (b"HTTP/1." in ln and b'" 5' not in ln) or b"] Received request " in ln \
+                or b"] Added request " in ln or b"] Finished request " in ln \
+                or b"] SpecDecoding metrics: " in ln or (
+                    b"generation throughput: " in ln and b"generation throughput: 0.0 " not in ln
+                    and b"Running: " in ln):
+            if b"generation throughput: " in ln:
+                st.metrics_nonzero_last = i
+                if len(st.metrics_nonzero) < 4096:
+                    st.metrics_nonzero.append(i)
+            if pend is not None:
+                skipped += 1
+                if b"generation throughput: " in pend[1]:
+                    st.metrics_bulk += 1  # counted here: this one is never parsed
+            pend = (i, ln)
+            continue
+        if pend is not None:
+            out.append(pend)
+            pend = None
+        out.append((i, ln))
+    if pend is not None:
+        out.append(pend)
+    st.bulk_skipped += skipped
+    return out, len(lines)
+
+
 def _scan_block(buf: bytes, base: int, st: StreamStats) -> tuple[list[tuple[int, bytes]], int]:
     """(lines that need parsing, number of lines) of a block of complete lines."""
     if NCCL_INFO not in buf:
+        if any(h in buf for h in _BULK_HINT):
+            return _scan_bulk(buf, base, st)
         lines = buf.split(b"\n")
         lines.pop()
         return [(base + i, ln) for i, ln in enumerate(lines, 1)], len(lines)

@@ -1,0 +1,58 @@
+"""No false all-clear: a log that records a failure always gets a finding.
+
+When no rule names a cause, the errors, exceptions, tracebacks, assertions, timeouts, worker
+deaths and non-zero exits the log records are reported as they are (category ``unknown``), with
+the first of them as evidence and the phase the run was in.
+"""
+
+from __future__ import annotations
+
+from sm120kit.diagnose.rules.base import Finding, Rule, RuleContext, field_phase
+from sm120kit.evidence.logs.analyze import Evidence
+from sm120kit.report import clip_words
+
+
+def check(ctx: RuleContext) -> list[Finding]:
+    lg = ctx.logs
+    d = lg.described
+    if not lg.failures:
+        said = d.symptoms[:2] + d.complaints[:2]
+        stop = lg.stopped_excerpt()
+        if not said and stop is not None and lg.last_text is not None:
+            return [RULE.finding(
+                0.3, f"the pasted log stops during {stop} without an error: either the run hung "
+                "right there or its failure is after the excerpt", [lg.last_text],
+                phase=field_phase(stop), role="position",
+                fix="Paste the lines after this point (or the whole log); if there are none, the "
+                    "run is stuck here: take every rank's stack (`sm120kit collect --attach "
+                    "PID`).")]
+        if not said:
+            return []
+        stage = lg.global_tracker.stage
+        phase = field_phase(stage)
+        ends = f"; the quoted log ends in {stage}" if stage else ""
+        return [RULE.finding(
+            0.3, f"the report describes a failure the quoted lines do not record: "
+            f"\"{clip_words(said[0][2], 200)}\"{ends}", [Evidence(*x) for x in said], phase=phase,
+            role="effect")]
+    first = lg.failures[0]
+    n = lg.failure_count
+    phase = field_phase(lg.global_tracker.stage)
+    more = f" (and {n - 1} more failure line(s))" if n > 1 else ""
+    return [RULE.finding(
+        0.35, f"the log records a failure no rule recognises: {clip_words(first.text, 300)}{more}",
+        lg.failures[:5], phase=phase, role="effect")]
+
+
+RULE = Rule(
+    id="recorded-failure",
+    category="unknown",
+    needs="any error/exception/traceback/assertion, watchdog/RPC/engine-ready timeout, worker "
+          "death or non-zero exit the log records",
+    tier="config",
+    check=check,
+    fix="Read the first failure line and the lines before it; if it is a cascade (a timeout, "
+        "EngineDeadError), the cause is earlier or on another rank: collect the full output of "
+        "every process (`sm120kit collect -- vllm serve ...`).",
+    link=None,
+)

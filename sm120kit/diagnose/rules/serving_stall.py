@@ -1,0 +1,61 @@
+"""A server that stopped producing tokens while requests were running.
+
+Evidence, strongest first: the engine's RPC to the workers timed out while serving
+(``RPC call to sample_tokens timed out``, ``execute_model``: a worker stopped answering; the
+engine then dies with ``EngineDeadError``), or the periodic metrics line shows ``Avg generation
+throughput: 0.0 tokens/s`` with ``Running: N reqs`` (N > 0) over consecutive intervals up to the
+end of the log, without recovery. One zero interval during a long prefill is normal.
+"""
+
+from __future__ import annotations
+
+from sm120kit.diagnose.rules.base import Finding, Rule, RuleContext
+
+_SERVING_RPC = ("sample_tokens", "execute_model", "execute_dummy_batch", "get_output")
+
+
+def check(ctx: RuleContext) -> list[Finding]:
+    lg = ctx.logs
+    out: list[Finding] = []
+    rpc = [(m, e) for m, e, _k in lg.rpc_timeouts if m in _SERVING_RPC]
+    served = lg.served or lg.global_tracker.stage == "serving" or \
+        any(p.tracker.stage == "serving" for p in lg.procs.values())
+    if rpc and (served or rpc[0][0] == "sample_tokens"):
+        m, e = rpc[0]
+        out.append(RULE.finding(
+            0.8, f"while serving, the engine's RPC `{m}` to the workers timed out: a worker "
+            "stopped answering mid-step (a hung collective or kernel on some rank), it did not "
+            "crash at startup", [e] + lg.zero_streak_ev[-1:], phase="serving", role="position"))
+    streak = lg.zero_streak
+    if streak >= 2 and lg.zero_streak_open:
+        ev = lg.zero_streak_ev[:1] + lg.zero_streak_ev[-1:]
+        out.append(RULE.finding(
+            0.7, f"generation throughput stayed at 0.0 tokens/s with requests running for "
+            f"{streak} consecutive metrics intervals until the end of the log: the engine stopped "
+            "making progress while serving", ev, phase="serving", role="position"))
+    elif streak >= 1 and lg.zero_streak_open and ctx.logs.described.symptoms and not rpc:
+        ev = lg.zero_streak_ev[-1:] + [ctx.described_ev(0)]
+        out.append(RULE.finding(
+            0.6, "requests were running at 0.0 tokens/s and the reporter describes a hang: the "
+            "server stalled while serving", ev, phase="serving", role="position"))
+    if lg.zero_progress is not None and not out:
+        out.append(RULE.finding(
+            0.55, "generation never started: the progress bar stays at 0 requests done with "
+            "0.00 tokens/s at the end of the log", [lg.zero_progress], phase="serving",
+            role="position"))
+    return out
+
+
+RULE = Rule(
+    id="serving-stall",
+    category="serving-stall",
+    needs="'RPC call to sample_tokens/execute_model timed out', metrics lines 'Avg generation "
+          "throughput: 0.0 tokens/s, Running: N reqs' up to the end of the log",
+    tier="disagreement",
+    check=check,
+    fix="Collect every rank's stack while it hangs (`sm120kit collect --attach PID`); as A/B "
+        "tests run with --enforce-eager (graph replay), --disable-custom-all-reduce / "
+        "NCCL_P2P_DISABLE=1 (transport) and without speculative decoding; "
+        "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS bounds how long the engine waits.",
+    link=None,
+)
