@@ -90,6 +90,9 @@ class BundleFacts:
     collectors: list[dict[str, Any]] = field(default_factory=list)
     env: dict[str, Any] = field(default_factory=dict)
     stall: dict[str, Any] | None = None  # stall.json: the supervisor's stall record
+    #: multi-node (``collect --ray``) bundles: the manifest's per-node records (folder, status,
+    #: error, workers, collectors); empty for one host
+    nodes: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass

@@ -41,7 +41,7 @@ _START = re.compile(
     r"|\(\w[\w.()-]*(?: rank=\d+)? pid=\d+"  # vLLM process prefixes
     r"|\[rank\d+\]|\[\d+\] |\[[EWIF]\d*[ \]]|\[20\d\d-"  # torch, glog, bracketed stamps
     r"|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\b"
-    r"|[\w.-]+:\d+:\d+ \["  # NCCL host:pid:tid [dev]
+    r"|[\w.-]+:\d+:\d+ \[|[\w.-]+:\d+ NCCL "  # NCCL host:pid:tid [dev], host:pid NCCL DIAG
     r"|Traceback|File \"|frame #|During handling|The above exception|Exception raised"
     r"|terminate called|what\(\)"
     r"|(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Warning|Exit)\b"
@@ -159,7 +159,8 @@ class PasteReader:
             text = self.clean(raw) if self.p.active else raw
             if text is None:
                 continue
-            if self.p.join and pend is not None and self._continues(pend[1], text):
+            if self.p.join and pend is not None and self._continues(pend[1], text,
+                                                                     loose=self.p.markdown):
                 prev = pend[1]
                 sep = "" if _mid_token(prev, text) else " "
                 pend = (pend[0], (prev + sep + text.strip())[:MAX_JOIN])
@@ -182,8 +183,9 @@ class PasteReader:
         yield lineno, text
 
     @staticmethod
-    def _continues(prev: str, cur: str) -> bool:
-        """``cur`` is the wrapped tail of ``prev``."""
+    def _continues(prev: str, cur: str, loose: bool = True) -> bool:
+        """``cur`` is the wrapped tail of ``prev``. Outside Markdown (a small log file) only a
+        record with an unclosed bracket continues."""
         c = cur.strip()
         if not c or cur[:1] in (" ", "\t") or len(prev) < 40:
             return False
@@ -193,6 +195,8 @@ class PasteReader:
             return False
         if _unbalanced(prev):
             return True
+        if not loose:
+            return False
         end = prev.rstrip()[-1:]
         if end in ".:!?;" or prev.endswith(("  ", "\t")):
             return False
