@@ -37,6 +37,7 @@ from sm120kit.collect.snapshot import (
     Options,
     env_hints,
     finalize,
+    make_verdict,
     snapshot,
 )
 from sm120kit.errors import UserError
@@ -470,33 +471,6 @@ def rank_rows(outcomes: list[NodeOutcome]) -> list[dict[str, Any]]:
     return rows
 
 
-def cross_node_verdict(outcomes: list[NodeOutcome], reason: str) -> list[str]:
-    v = [f"Reason: {reason}"]
-    for oc in outcomes:
-        if oc.status in ("lost", "timeout"):
-            ws = f"; its worker actors: {', '.join(oc.workers)}" if oc.workers else ""
-            v.append(f"Node {oc.folder.split('/', 1)[-1]} {oc.status}: {oc.error}{ws} — "
-                     "the ranks on a node that died stopped first; the others wait for them.")
-    rows = [r for r in rank_rows(outcomes) if r["role"] in ("worker", "warmup-rank")
-            and r["state"] not in (None, "unknown")]
-    in_coll = [r for r in rows if r["collective"]]
-    out_coll = [r for r in rows if not r["collective"]]
-    if in_coll and out_coll and len(out_coll) < len(rows):
-        colls = "/".join(sorted({str(r["collective"]) for r in in_coll}))
-        nodes_in = sorted({r["node"] for r in in_coll})
-        for r in out_coll:
-            v.append(f"Rank {r['rank']} ({r['label']}, pid {r['pid']}) on node {r['node']} is not "
-                     f"in a collective ({r['state']} at {r['where']}) while {len(in_coll)} rank(s) "
-                     f"on node(s) {', '.join(nodes_in)} wait in {colls}: it stopped first.")
-    elif in_coll:
-        colls = "/".join(sorted({str(r["collective"]) for r in in_coll}))
-        v.append(f"All {len(in_coll)} sampled ranks on {len({r['node'] for r in in_coll})} node(s) "
-                 f"are inside {colls}: compare Flight Recorder / RAS across nodes.")
-    elif rows:
-        v.append(f"No rank of {len(rows)} on the cluster is in a torch.distributed collective.")
-    return v
-
-
 def render_cluster_summary(bundle: Bundle, outcomes: list[NodeOutcome], verdict: list[str],
                            notes: list[str]) -> str:
     red = bundle.redactor
@@ -591,12 +565,13 @@ def collect_ray(out_dir: Path, ropts: RayOptions, *, deadline_s: float, redact: 
 
 
 def finish(bundle: Bundle, outcomes: list[NodeOutcome], ctx: CollectContext) -> Path:
-    """Summary with the cross-node verdict, manifest, tarball (attach mode)."""
-    verdict = cross_node_verdict(outcomes, ctx.reason)
-    bundle.meta["verdict"] = verdict
+    """Summary with the verdict (the diagnose rules engine over the cluster bundle: the
+    cross-node rules name the rank and node that stopped first), manifest, tarball."""
     bundle.write_json("timeline.json", {"mode": ctx.mode, "reason": ctx.reason,
                                         "stall_kind": ctx.stall_kind, "phases": [],
                                         "notes": ctx.notes})
+    verdict = make_verdict(ctx, bundle)
+    bundle.meta["verdict"] = verdict
     bundle.write_text("summary.md", render_cluster_summary(bundle, outcomes, verdict, ctx.notes))
     bundle.write_manifest()
     bundle.redactor.save_host_map()
@@ -628,12 +603,12 @@ def remote_gather(ropts: RayOptions, *, redact: bool,
         th.join(max(0.0, deadline - time.monotonic()) + 2.0)
         if "exc" in box:
             ctx.notes.append(f"Ray gather failed: {box['exc']}")
-            return []
-        return cross_node_verdict(result, ctx.reason)[1:]
+        # the nodes are in the bundle now: finalize's verdict (the rules engine) reads them
+        return []
 
     return hook
 
 
 __all__ = ["DEFAULT_WORKER_CLASSES", "NodeOutcome", "RayCollectResult", "RayNode", "RayOptions",
-           "RayWorker", "collect_ray", "cross_node_verdict", "gather", "gather_into", "import_ray",
+           "RayWorker", "collect_ray", "gather", "gather_into", "import_ray",
            "node_snapshot", "rank_rows", "ranks_from_name", "remote_gather"]

@@ -3,6 +3,7 @@ NCCL init on a PCIe box that uses the P2P transport (ACS/IOMMU redirect)."""
 
 from __future__ import annotations
 
+from sm120kit.diagnose.rules import collective_not_started
 from sm120kit.diagnose.rules.base import Finding, Rule, RuleContext
 from sm120kit.evidence.logs.analyze import Evidence
 
@@ -36,6 +37,8 @@ def check(ctx: RuleContext) -> list[Finding]:
 def _first_collective(ctx: RuleContext) -> list[Finding]:
     """The watchdog says the rank *enqueued* one of its first collectives and it never completed
     (``last enqueued 2, last completed 1``): not a missing peer, the transport under it."""
+    if collective_not_started.check(ctx):
+        return []  # the collective never started on the GPU: work ahead of it, not the transport
     hit = []
     for r, ev, _k in ctx.logs.watchdog:
         if r.last_enqueued is None or r.last_completed is None:
