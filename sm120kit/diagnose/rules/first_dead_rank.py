@@ -71,7 +71,10 @@ def check(ctx: RuleContext) -> list[Finding]:
                 f"{p.label} reports a failure elsewhere ({clip_words(what, 200)}); the cause is earlier in "
                 "the log or on another process")
         return [RULE.finding(0.45 if not rpc else 0.6, desc, ev, phase=phase, role="effect",
-                             category="serving-stall" if rpc and where == "serving" else None,
+                             # an RPC that timed out waits on a hung worker: a serving step
+                             # when no startup phase says otherwise, never "rank crashed"
+                             category=(("serving-stall" if where == "serving" or stage is None
+                                        else "unknown") if rpc else None),
                              ranks=[p.rank] if p.rank is not None else [],
                              fix="Find the first failure before it (other processes' tracebacks, "
                                  "the lines above); `sm120kit collect` keeps every process's "
