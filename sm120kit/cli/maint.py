@@ -10,6 +10,10 @@ import click
 
 from sm120kit.cli.patch import _emit, _json_errors, _progress, json_option, repo_option
 from sm120kit.errors import ExitCode, UserError
+from sm120kit.facts.series import load_series
+from sm120kit.gitrun import rev_parse, run_git
+from sm120kit.patchset.markers import marker_files, read_revisions, variant_marker_states
+from sm120kit.patchset.targets import require_repo
 
 
 @dataclass
@@ -32,11 +36,6 @@ class BranchRevertResult:
 
 
 def _revert_branch(repo: Path | None, alias: str | None, into: str | None) -> BranchRevertResult:
-    from sm120kit.facts.series import load_series
-    from sm120kit.patchset.gitcmd import rev_parse, run_git
-    from sm120kit.patchset.markers import marker_files, read_revisions, variant_marker_states
-    from sm120kit.patchset.targets import require_repo
-
     root = require_repo(repo, "revert")
     if not (alias or into):
         raise UserError("revert on a checkout needs --branch ALIAS or --into BRANCH",

@@ -19,8 +19,8 @@ from typing import Any
 
 from sm120kit.errors import ExitCode, UserError
 from sm120kit.facts.series import Series, Target, Variant
+from sm120kit.gitrun import resolve_many, run_git, tree_modes
 from sm120kit.patchset import gitengine as ge
-from sm120kit.patchset.gitcmd import resolve_many, run_git, tree_modes
 from sm120kit.patchset.markers import (
     MarkerState,
     all_in,

@@ -20,8 +20,8 @@ from typing import Any
 
 from sm120kit.errors import UserError
 from sm120kit.facts.series import Series
+from sm120kit.gitrun import rev_parse, run_git
 from sm120kit.patchset.apply import ApplyResult, apply_to_checkout
-from sm120kit.patchset.gitcmd import rev_parse, run_git
 from sm120kit.patchset.markers import all_in, marker_files, read_worktree, variant_marker_states
 from sm120kit.patchset.targets import DEFAULT_BRANCH_PREFIX, select
 

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from sm120kit.errors import UserError
-from sm120kit.patchset.gitcmd import AM_CONFIG, GitFailed, run_git
+from sm120kit.gitrun import AM_CONFIG, GitFailed, run_git
 from sm120kit.patchset.patchfile import ParsedPatch
 
 _SPARSE_ENV = {

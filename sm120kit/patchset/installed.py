@@ -55,6 +55,7 @@ from typing import Any
 
 from sm120kit.errors import ExitCode, UserError
 from sm120kit.facts.series import Series, Variant, load_series
+from sm120kit.gitrun import AM_CONFIG, run_git
 
 STATE_FORMAT = 1
 STATE_NAME = "state.json"
@@ -286,8 +287,6 @@ def check_preimage(inst: InstalledVllm, files: list[str], *, allow_download: boo
 
 def _git(args: list[str], cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
     """The engine's isolated git runner (no hooks, no system config) with a fixed identity."""
-    from sm120kit.patchset.gitcmd import AM_CONFIG, run_git
-
     proc = run_git(args, cwd, check=False, config=AM_CONFIG)
     if check and proc.returncode != 0:
         raise UserError(f"git {args[0]} failed in {cwd}: {(proc.stderr or proc.stdout).strip()[:400]}")

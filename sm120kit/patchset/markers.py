@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sm120kit.facts.series import Marker, Patch, Variant
-from sm120kit.patchset.gitcmd import read_blobs
+from sm120kit.gitrun import read_blobs
 
 # file contents by path (None: the file does not exist)
 Contents = dict[str, str | None]

@@ -25,7 +25,7 @@ from __future__ import annotations
 import difflib
 import json
 import os
-import subprocess
+import shutil
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,7 +34,14 @@ from typing import Any
 
 from sm120kit.errors import ExitCode, UserError
 from sm120kit.facts.series import Series, Target, Variant, load_series
-from sm120kit.patchset.gitcmd import AM_CONFIG, GitFailed, git_env, rev_parse, run_git
+from sm120kit.gitrun import (
+    AM_CONFIG,
+    read_blobs,
+    rev_parse,
+    run_git,
+    run_git_bytes,
+    tree_modes,
+)
 
 # --------------------------------------------------------------------------------------------
 # small git helpers (bytes in / out)
@@ -42,19 +49,11 @@ from sm120kit.patchset.gitcmd import AM_CONFIG, GitFailed, git_env, rev_parse, r
 
 def _git_bytes(args: list[str], cwd: Path, *, input: bytes | None = None,
                env: dict[str, str] | None = None) -> bytes:
-    proc = subprocess.run(
-        ["git", "-c", "core.hooksPath=/dev/null", "-c", "gc.auto=0", *args],
-        cwd=str(cwd), env=git_env(env), input=input, capture_output=True, timeout=600,
-    )
-    if proc.returncode != 0:
-        raise GitFailed(args, proc.returncode, "", proc.stderr.decode("utf-8", "replace"))
-    return proc.stdout
+    return run_git_bytes(args, cwd, input=input, env=env).stdout
 
 
 def read_files_at(repo: Path, rev: str, paths: list[str]) -> dict[str, bytes | None]:
     """``{path: bytes or None}`` of ``rev:path`` in ``repo``."""
-    from sm120kit.patchset.gitcmd import read_blobs
-
     got = read_blobs(repo, [f"{rev}:{p}" for p in paths])
     return {p: got.get(f"{rev}:{p}") for p in paths}
 
@@ -258,10 +257,10 @@ def _merge(ours: bytes, base: bytes, theirs: bytes, labels: tuple[str, str, str]
         (t / "ours").write_bytes(ours)
         (t / "base").write_bytes(base)
         (t / "theirs").write_bytes(theirs)
-        proc = subprocess.run(
-            ["git", "merge-file", "-p", "--diff3", "-L", labels[0], "-L", labels[1], "-L",
+        proc = run_git_bytes(
+            ["merge-file", "-p", "--diff3", "-L", labels[0], "-L", labels[1], "-L",
              labels[2], "ours", "base", "theirs"],
-            cwd=tmp, env=git_env(), capture_output=True, timeout=120,
+            tmp, check=False, timeout=120, ceiling=True,
         )
     if proc.returncode < 0 or proc.returncode > 127:
         raise UserError(f"git merge-file failed: {proc.stderr.decode('utf-8', 'replace')[:300]}")
@@ -639,8 +638,6 @@ def port_series(
 def _commit_steps(repo: Path, base_sha: str, steps: list[PatchStep],
                   per_patch: list[dict[str, bytes | None]]) -> list[str]:
     """One commit per patch on top of ``base_sha``, written with plumbing and a private index."""
-    from sm120kit.patchset.gitcmd import tree_modes
-
     with tempfile.TemporaryDirectory(prefix="sm120kit-index-") as tmp:
         env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
         _git_bytes(["read-tree", base_sha], repo, env=env)
@@ -707,15 +704,11 @@ def fork_clone(target: Target, progress: Callable[[str], None] | None = None) ->
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.alias}-", dir=dest.parent))
     if progress:
         progress(f"cloning {target.repo} ({target.branch}) into {dest}")
-    cmd = ["git", "-c", "core.hooksPath=/dev/null", "clone", "--single-branch", "--no-tags",
+    cmd = ["clone", "--single-branch", "--no-tags", *(["--progress"] if progress else []),
            "--branch", target.branch, target.repo, str(tmp / "repo")]
-    if progress:
-        cmd.insert(4, "--progress")
-    proc = subprocess.run(cmd, env=git_env(), stdout=subprocess.DEVNULL,
-                          stderr=None if progress else subprocess.PIPE, text=True, timeout=3600)
+    proc = run_git(cmd, tmp, check=False, timeout=3600, ceiling=True,
+                   stderr_to_terminal=progress is not None)
     if proc.returncode != 0:
-        import shutil
-
         shutil.rmtree(tmp, ignore_errors=True)
         err = ((proc.stderr or "").strip().splitlines() or ["see the git output above"])[-1]
         raise UserError(

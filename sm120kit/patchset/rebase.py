@@ -24,7 +24,7 @@ from typing import Any
 
 from sm120kit.errors import ExitCode, UserError
 from sm120kit.facts.series import MANIFEST_NAME, Series, Variant, load_series
-from sm120kit.patchset.gitcmd import rev_parse, run_git
+from sm120kit.gitrun import rev_parse, run_git
 from sm120kit.patchset.port import PortResult, port_series
 
 _DIFF_RE = re.compile(r"^diff --git a/(\S+) b/(\S+)$", re.M)
@@ -292,7 +292,7 @@ def refresh_variant(
             raise UserError(f"{from_branch} has no commits on top of {base_ref}")
         patches = _entry_patches(out, files, v)
         # every applied-marker must be in the branch tip
-        from sm120kit.patchset.gitcmd import read_blobs
+        from sm120kit.gitrun import read_blobs
 
         wanted = {m["file"] for p in patches for m in p["applied_markers"]}
         blobs = read_blobs(repo, [f"{tip}:{f}" for f in wanted])

@@ -17,7 +17,7 @@ from typing import Any
 
 from sm120kit.errors import ExitCode
 from sm120kit.facts.series import Series
-from sm120kit.patchset.gitcmd import rev_parse, run_git
+from sm120kit.gitrun import rev_parse, run_git
 from sm120kit.patchset.markers import (
     marker_files,
     read_revisions,
@@ -125,7 +125,6 @@ def repo_status(series: Series, alias: str, repo: Path) -> StatusResult:
     # any repository), so patch N is judged on the tree as patches 1..N-1 would leave it.
     with tempfile.TemporaryDirectory(prefix="sm120kit-status-") as td:
         scratch = Path(td) / "tree"
-        env = {"GIT_CEILING_DIRECTORIES": td}
         copied = False
         for st in states:
             p = st.patch
@@ -137,9 +136,9 @@ def repo_status(series: Series, alias: str, repo: Path) -> StatusResult:
                 _copy_files(repo, scratch, variant.touched_files())
                 copied = True
             path = str(variant.patch_path(p))
-            proc = run_git(["apply", "--check", path], scratch, check=False, env=env)
+            proc = run_git(["apply", "--check", path], scratch, check=False, ceiling=True)
             if proc.returncode == 0:
-                run_git(["apply", path], scratch, check=False, env=env)
+                run_git(["apply", path], scratch, check=False, ceiling=True)
                 results.append(PatchStatus(p.file, p.subject, "not-applied", "applies cleanly", missing))
             else:
                 results.append(PatchStatus(

@@ -15,6 +15,7 @@ from typing import Any
 
 from sm120kit.errors import ExitCode, UserError
 from sm120kit.facts.series import Series
+from sm120kit.gitrun import read_blobs, rev_parse
 from sm120kit.patchset.markers import marker_files, read_worktree, variant_marker_states
 from sm120kit.patchset.targets import fetch_hint, select
 
@@ -104,24 +105,15 @@ def pyflakes_messages(source: str, filename: str) -> Counter[str]:
 
 
 def _base_blobs(repo: Path, base: str, files: list[str]) -> dict[str, str | None]:
-    """Base-ref contents of ``files`` via GitPython (one persistent cat-file process)."""
-    import git
-
-    r = git.Repo(str(repo))
-    try:
-        commit = r.commit(base)
-    except (git.BadName, ValueError) as exc:
-        raise UserError(f"base ref {base} is not in {repo}", hint=fetch_hint(repo, base)) from exc
-    out: dict[str, str | None] = {}
-    for f in files:
-        try:
-            blob = commit.tree / f
-        except KeyError:
-            out[f] = None
-            continue
-        out[f] = blob.data_stream.read().decode("utf-8", "replace")
-    r.close()
-    return out
+    """Base-ref contents of ``files`` (one ``git cat-file --batch``; None: not in the base)."""
+    commit = rev_parse(repo, base)
+    if commit is None:
+        raise UserError(f"base ref {base} is not in {repo}", hint=fetch_hint(repo, base))
+    blobs = read_blobs(repo, [f"{commit}:{f}" for f in files])
+    return {
+        f: (None if (b := blobs.get(f"{commit}:{f}")) is None else b.decode("utf-8", "replace"))
+        for f in files
+    }
 
 
 def verify_tree(series: Series, alias: str, repo: Path, base: str | None = None) -> VerifyResult:
