@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from sm120kit.facts.series import Marker, Patch, Variant
 from sm120kit.gitrun import read_blobs
@@ -59,7 +60,7 @@ class MarkerState:
     missing: tuple[Marker, ...]  # applied markers not found
 
     @property
-    def state(self) -> str:
+    def state(self) -> Literal["applied", "upstream", "not-applied"]:
         if self.applied:
             return "applied"
         if self.upstream:

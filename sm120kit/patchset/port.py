@@ -30,7 +30,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from sm120kit.errors import ExitCode, UserError
 from sm120kit.facts.series import Series, Target, Variant, load_series
@@ -42,6 +42,8 @@ from sm120kit.gitrun import (
     run_git_bytes,
     tree_modes,
 )
+from sm120kit.patchset.release import find_cached_wheel, release_tree
+from sm120kit.paths import cache_dir
 
 # --------------------------------------------------------------------------------------------
 # small git helpers (bytes in / out)
@@ -76,8 +78,6 @@ class PatchStep:
 
 
 def _release_file_map(release: str, paths: list[str]) -> dict[str, bytes | None]:
-    from sm120kit.patchset.release import release_tree
-
     tree = release_tree("vllm", release)
     out: dict[str, bytes | None] = {}
     for p in paths:
@@ -161,10 +161,8 @@ def similarity(a: bytes | None, b: bytes | None) -> float:
 
 
 def _release_available(version: str) -> bool:
-    from sm120kit.patchset import release
-
-    tree = release.cache_dir() / "trees" / f"vllm-{version}"
-    return (tree / ".complete").exists() or release.find_cached_wheel("vllm", version) is not None
+    tree = cache_dir() / "trees" / f"vllm-{version}"
+    return (tree / ".complete").exists() or find_cached_wheel("vllm", version) is not None
 
 
 def resolve_from(series: Series, from_alias: str) -> tuple[Variant, list[str]]:
@@ -336,9 +334,12 @@ def _compile_problems(files: dict[str, bytes | None]) -> list[str]:
 # result
 
 
+PortStatus = Literal["ported", "conflict", "already-applied", "not-needed", "would-port"]
+
+
 @dataclass
 class PortResult:
-    status: str  # ported | conflict | already-applied | not-needed | would-port
+    status: PortStatus
     alias: str
     repo: Path
     base: str
@@ -546,78 +547,20 @@ def port_series(
     fork = ours_at(files)
 
     result = PortResult("ported", alias, repo, base_sha, into, src, cands)
-    # already there?
-    def markers_in(content: dict[str, bytes | None], kind: str) -> bool:
-        ok = True
-        for p in variant.patches:
-            ms = p.applied_markers if kind == "applied" else p.upstream_markers
-            if not ms:
-                return False
-            for m in ms:
-                data = content.get(m.file)
-                if data is None and m.file not in content:
-                    data = ours_at([m.file])[m.file]
-                if data is None or m.text not in data.decode("utf-8", "replace"):
-                    ok = False
-        return ok
-
-    if markers_in(fork, "applied"):
+    if _markers_in(variant, fork, "applied", ours_at):
         result.status = "already-applied"
         return result
-    if markers_in(fork, "upstream"):
+    if _markers_in(variant, fork, "upstream", ours_at):
         result.status = "not-needed"
         return result
 
     release_files = _release_file_map(src.release, files)
     steps = series_steps(release_files, variant)
-    prev = dict(release_files)
-    cur: dict[str, bytes | None] = dict(fork)
-    per_patch: list[dict[str, bytes | None]] = []
     labels = (f"target {base_sha[:12]}", f"vllm {src.release}", f"vllm {src.release} + {variant.name}")
-    for step in steps:
-        changed: dict[str, bytes | None] = {}
-        for path, after in step.after.items():
-            before = prev.get(path)
-            if before == after:
-                continue
-            mine = cur.get(path)
-            if path not in cur:
-                mine = ours_at([path])[path]
-            if mine == before:
-                new = after
-            elif mine == after:
-                new = mine
-            elif mine is None or before is None or after is None:
-                result.conflicts.append(Conflict(
-                    step.file, step.subject, path, len(result.conflicts) + 1, 0, None,
-                    "(missing)" if mine is None else "(present)",
-                    "(missing)" if before is None else "(present)",
-                    "(deleted)" if after is None else "(created)"))
-                continue
-            else:
-                merged, n = _merge(mine, before, after, labels)
-                if n:
-                    text = merged.decode("utf-8", "replace")
-                    base_text = before.decode("utf-8", "replace")
-                    for line, o, b, t in _conflict_regions(text):
-                        result.conflicts.append(Conflict(
-                            step.file, step.subject, path, len(result.conflicts) + 1, line,
-                            _hunk_for(variant, step.file, path, b, base_text), o, b, t))
-                    continue
-                new = merged
-            changed[path] = new
-        cur.update(changed)
-        per_patch.append(changed)
-        prev = dict(step.after)
-
+    cur, per_patch = _merge_steps(variant, steps, release_files, fork, ours_at, labels,
+                                  result.conflicts)
     if not result.conflicts:
-        result.problems += _compile_problems({p: cur.get(p) for p in files})
-        for p in variant.patches:
-            for m in p.applied_markers:
-                data = cur.get(m.file)
-                if data is None or m.text not in data.decode("utf-8", "replace"):
-                    result.problems.append(
-                        f"{p.file}: applied-marker {m.text!r} missing from {m.file} after merging")
+        result.problems += _merged_problems(variant, cur, files)
     result.files = {p: cur.get(p) for p in files}
     if result.conflicts or result.problems:
         result.status = "conflict"
@@ -633,6 +576,88 @@ def port_series(
         run_git(["update-ref", "-m", f"sm120kit: 3-way port of {variant.name}",
                  f"refs/heads/{into}", commits[-1], ""], repo)
     return result
+
+
+def _markers_in(variant: Variant, content: dict[str, bytes | None],
+                kind: Literal["applied", "upstream"],
+                ours_at: Callable[[list[str]], dict[str, bytes | None]]) -> bool:
+    """Every patch of ``variant`` has its ``kind`` markers in ``content`` (read more on demand)."""
+    ok = True
+    for p in variant.patches:
+        ms = p.applied_markers if kind == "applied" else p.upstream_markers
+        if not ms:
+            return False
+        for m in ms:
+            data = content.get(m.file)
+            if data is None and m.file not in content:
+                data = ours_at([m.file])[m.file]
+            if data is None or m.text not in data.decode("utf-8", "replace"):
+                ok = False
+    return ok
+
+
+def _merge_one(variant: Variant, step: PatchStep, path: str, mine: bytes | None,
+               before: bytes | None, after: bytes | None, labels: tuple[str, str, str],
+               conflicts: list[Conflict]) -> bytes | None | Literal[False]:
+    """One file of one patch step, 3-way: the new content, or False (conflicts appended)."""
+    if mine == before:
+        return after
+    if mine == after:
+        return mine
+    if mine is None or before is None or after is None:
+        conflicts.append(Conflict(
+            step.file, step.subject, path, len(conflicts) + 1, 0, None,
+            "(missing)" if mine is None else "(present)",
+            "(missing)" if before is None else "(present)",
+            "(deleted)" if after is None else "(created)"))
+        return False
+    merged, n = _merge(mine, before, after, labels)
+    if not n:
+        return merged
+    text = merged.decode("utf-8", "replace")
+    base_text = before.decode("utf-8", "replace")
+    for line, o, b, t in _conflict_regions(text):
+        conflicts.append(Conflict(
+            step.file, step.subject, path, len(conflicts) + 1, line,
+            _hunk_for(variant, step.file, path, b, base_text), o, b, t))
+    return False
+
+
+def _merge_steps(
+    variant: Variant, steps: list[PatchStep], release_files: dict[str, bytes | None],
+    fork: dict[str, bytes | None], ours_at: Callable[[list[str]], dict[str, bytes | None]],
+    labels: tuple[str, str, str], conflicts: list[Conflict],
+) -> tuple[dict[str, bytes | None], list[dict[str, bytes | None]]]:
+    """Replay each patch step onto the fork's files: (final files, files changed per step)."""
+    prev = dict(release_files)
+    cur: dict[str, bytes | None] = dict(fork)
+    per_patch: list[dict[str, bytes | None]] = []
+    for step in steps:
+        changed: dict[str, bytes | None] = {}
+        for path, after in step.after.items():
+            before = prev.get(path)
+            if before == after:
+                continue
+            mine = cur[path] if path in cur else ours_at([path])[path]
+            new = _merge_one(variant, step, path, mine, before, after, labels, conflicts)
+            if new is not False:
+                changed[path] = new
+        cur.update(changed)
+        per_patch.append(changed)
+        prev = dict(step.after)
+    return cur, per_patch
+
+
+def _merged_problems(variant: Variant, cur: dict[str, bytes | None], files: list[str]) -> list[str]:
+    """Compile errors in the merged files and applied-markers the merge lost."""
+    problems = _compile_problems({p: cur.get(p) for p in files})
+    for p in variant.patches:
+        for m in p.applied_markers:
+            data = cur.get(m.file)
+            if data is None or m.text not in data.decode("utf-8", "replace"):
+                problems.append(
+                    f"{p.file}: applied-marker {m.text!r} missing from {m.file} after merging")
+    return problems
 
 
 def _commit_steps(repo: Path, base_sha: str, steps: list[PatchStep],
@@ -679,8 +704,6 @@ def fork_clone(target: Target, progress: Callable[[str], None] | None = None) ->
     Created with ``git clone --single-branch`` (git's own progress on stderr); an existing clone
     is brought up to date with a fetch, or used as is when the remote cannot be reached.
     """
-    from sm120kit.paths import cache_dir
-
     if not (target.repo and target.branch):
         raise UserError(f"{target.alias} is not a fork alias (no repo/branch in the manifest)")
     dest = cache_dir() / "forks" / target.alias
@@ -718,50 +741,3 @@ def fork_clone(target: Target, progress: Callable[[str], None] | None = None) ->
     os.replace(tmp / "repo", dest)
     os.rmdir(tmp)
     return dest
-
-
-def apply_fork(
-    series: Series,
-    alias: str,
-    root: Path | None,
-    *,
-    base: str | None = None,
-    into: str | None = None,
-    checkout: bool = False,
-    dry_run: bool = False,
-    from_alias: str | None = None,
-    port: bool | None = None,
-    progress: Callable[[str], None] | None = None,
-) -> Any:
-    """``sm120kit apply --branch FORK_ALIAS``: on ``root`` (a checkout), else on a cached clone.
-
-    The base is ``base``, else the alias' branch (local ref, else fetched). The variant is tried
-    with the core engine first (``git am``); when it does not apply, and porting is allowed, it
-    is 3-way ported from ``from_alias`` / the alias' ``port_from``.
-    """
-    from sm120kit.patchset.apply import ApplyFailed, apply_to_checkout
-
-    target = series.target(alias)
-    ours = root is None
-    if root is None:
-        root = fork_clone(target, progress)
-    base_sha = resolve_base(root, target, base)
-    into = into or f"sm120kit/dcp-{alias}"
-    try:
-        return apply_to_checkout(series, alias, root, base=base_sha, into=into, checkout=checkout,
-                                 dry_run=dry_run, from_alias=from_alias, port=False)
-    except ApplyFailed:
-        if port is False or not (from_alias or target.port_from):
-            raise
-    res = port_series(root, alias, base_sha, into, from_alias or target.port_from,
-                      series=series, dry_run=dry_run)
-    if res.status == "ported" and (ours or checkout):
-        proc = run_git(["checkout", "-q", into], root, check=False)
-        res.note = (f"checked out {into} in {root}" if proc.returncode == 0
-                    else f"branch {into} created in {root} (checkout failed: "
-                    f"{proc.stderr.strip()[:120]})")
-    if target.status == "unverified-here":
-        res.note = (res.note + "; " if res.note else "") + (
-            f"{alias} is not verified by sm120kit's own tests: run `sm120kit verify --repo {root} "
-            f"--branch {alias} --base {base_sha[:12]}` on the result")
-    return res

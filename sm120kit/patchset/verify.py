@@ -11,22 +11,27 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from sm120kit.errors import ExitCode, UserError
 from sm120kit.facts.series import Series
 from sm120kit.gitrun import read_blobs, rev_parse
 from sm120kit.patchset.markers import marker_files, read_worktree, variant_marker_states
+from sm120kit.patchset.render import new_table
 from sm120kit.patchset.targets import fetch_hint, select
+from sm120kit.report import styled, to_jsonable
 
 #: pyflakes message classes that mean "broken": names that do not resolve, imports left behind
 CHECKED = ("UndefinedName", "UndefinedLocal", "UndefinedExport", "UnusedImport")
 
 
+CheckStatus = Literal["ok", "fail", "skip"]
+
+
 @dataclass
 class FileCheck:
     file: str
-    status: str  # ok | fail | skip
+    status: CheckStatus
     compiles: bool
     new_messages: list[str] = field(default_factory=list)
     error: str = ""
@@ -35,7 +40,7 @@ class FileCheck:
 @dataclass
 class MarkerCheck:
     patch: str
-    status: str  # ok | fail | skip (upstream)
+    status: CheckStatus  # skip: upstream has it
     missing: list[str] = field(default_factory=list)
 
 
@@ -59,17 +64,12 @@ class VerifyResult:
         return ExitCode.OK if self.ok else ExitCode.FAILURE
 
     def to_dict(self) -> dict[str, Any]:
-        from sm120kit.report import to_jsonable
-
         d: dict[str, Any] = to_jsonable(self)
         d["status"] = "ok" if self.ok else "fail"
         d["exit_code"] = int(self.exit_code)
         return d
 
     def render(self, console: Any) -> None:
-        from sm120kit.patchset.render import new_table
-        from sm120kit.report import styled
-
         t = new_table(
             f"verify {self.alias} · {self.repo} against {self.base}",
             "file", "status", "compiles", "new pyflakes findings",
