@@ -21,7 +21,7 @@ MODULES = (
     "vllm.v1.attention.ops.dcp",
 )
 
-# the third-party packages of tests/runtime/requirements.txt that vLLM's import chain needs
+# the third-party packages of tests/requirements.txt that vLLM's import chain needs
 REQUIRED = ("numpy", "pydantic", "transformers", "msgspec", "zmq", "cbor2", "openai",
             "openai_harmony", "fastapi", "llguidance", "einops", "tvm_ffi")
 
@@ -30,7 +30,7 @@ def test_requirements_installed() -> None:
     missing = [m for m in REQUIRED if importlib.util.find_spec(m) is None]
     assert not missing, (
         f"runtime test requirements missing: {missing}; "
-        "run `pip install -r tests/runtime/requirements.txt`"
+        "run `pip install -r tests/requirements.txt`"
     )
     import torch
 
