@@ -153,7 +153,7 @@ def _collect_stacks(
     use_pyspy = opts.stack_method in ("auto", "py-spy") and exe is not None
     notes: list[str] = []
     if opts.stack_method in ("auto", "py-spy") and exe is None:
-        notes.append("py-spy is not installed: pip install py-spy (or sm120kit[diag])")
+        notes.append("py-spy is not installed (a dependency of sm120kit): pip install py-spy")
     labels = {p.pid: p.label for p in procs}
     can_fh = ctx.fh_dir is not None
 
