@@ -7,34 +7,33 @@ ready-to-paste ticket comment; ``--json`` the tool envelope around ``DiagnoseRes
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
+from rich.markup import escape
+from rich.table import Table
 
-from sm120kit.report import dump_json
-
-if TYPE_CHECKING:
-    from sm120kit.diagnose.engine import DiagnoseResult
+from sm120kit.cli import options
+from sm120kit.diagnose.engine import DiagnoseResult, diagnose
+from sm120kit.report import console, dump_json
 
 
 @click.command("diagnose")
 @click.argument("inputs", nargs=-1, required=True)
-@click.option("--json", "as_json", is_flag=True, help="Emit the result as JSON.")
-@click.option("--markdown", is_flag=True, help="Render a ticket comment in Markdown.")
+@options.json_option
+@options.markdown_option
 @click.option("--max-ranks", default=16, show_default=True, help="Rows of the per-rank table.")
-def diagnose_cmd(inputs: tuple[str, ...], as_json: bool, markdown: bool, max_ranks: int) -> int:
+def diagnose_cmd(inputs: tuple[str, ...], as_json: bool, as_markdown: bool, max_ranks: int) -> int:
     """Name the phase, the diverging rank and the likely cause of a vLLM hang or crash.
 
     INPUTS: a vLLM/NCCL log (any prefix era; `-` reads stdin), a directory of per-rank logs, or
     a `sm120kit collect` bundle (.tar.gz or directory). Exit 0: nothing wrong found;
     1: findings; 2: unusable input.
     """
-    from sm120kit.diagnose.engine import diagnose
-
     res = diagnose(list(inputs))
     if as_json:
         dump_json("diagnose", res.to_dict())
-    elif markdown:
+    elif as_markdown:
         click.echo(render_markdown(res, max_ranks=max_ranks))
     else:
         render_human(res, max_ranks=max_ranks)
@@ -72,11 +71,6 @@ def _rank_rows(res: DiagnoseResult, max_ranks: int) -> list[list[str]]:
 
 
 def render_human(res: DiagnoseResult, max_ranks: int = 16) -> None:
-    from rich.markup import escape
-    from rich.table import Table
-
-    from sm120kit.report import console
-
     con = console()
     style = "bold red" if res.findings else "green"
     con.print(f"[{style}]{escape(res.verdict)}[/{style}]")
