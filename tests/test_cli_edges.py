@@ -18,8 +18,7 @@ import pytest
 
 from sm120kit.cli import cli, run
 from sm120kit.cli.warmup import warmup_group
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.paths import ROOT
 
 
 def _without(tmp_path: Path, module: str, *args: str) -> subprocess.CompletedProcess[str]:

@@ -14,8 +14,7 @@ import pytest
 
 from sm120kit.errors import UserError
 from sm120kit.gitrun import GitFailed, read_blobs, run_git, run_git_bytes
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.paths import ROOT
 
 
 def _init(repo: Path) -> None:

@@ -21,7 +21,7 @@ from sm120kit.cli import run
 from sm120kit.errors import UserError
 from sm120kit.facts.series import load_series
 from sm120kit.patchset import installed
-from tests.installed.conftest import Env, hash_tree, pristine
+from tests.support.venvs import Env, hash_tree, pristine
 
 
 def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict | None, str]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import SM120, SPARSE_UTILS, MiniSeries
 
 from sm120kit.errors import UserError
 from sm120kit.patchset.patchfile import (
@@ -15,6 +14,8 @@ from sm120kit.patchset.patchfile import (
     unsafe_reason,
 )
 from sm120kit.paths import project_root
+from tests.support.miniseries import MiniSeries
+from tests.support.paths import SM120, SPARSE_UTILS
 
 
 def test_parse_real_series_patch(mini_series: MiniSeries) -> None:

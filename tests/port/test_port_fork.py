@@ -20,7 +20,7 @@ from sm120kit.facts.series import load_series
 from sm120kit.patchset.port import port_series
 from sm120kit.patchset.release import release_tree
 from sm120kit.patchset.snapshot import snapshot_repo_state
-from tests.port.conftest import (
+from tests.support.forks import (
     SM,
     WS,
     WU,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rt_expect import expected, max_excess
+from tests.runtime.rt_expect import expected, max_excess
 
 SCALE = 0.0721
 RELEASE = "0.33.0"

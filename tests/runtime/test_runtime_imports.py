@@ -11,7 +11,8 @@ import importlib.util
 from pathlib import Path
 
 import pytest
-from rt_expect import RELEASES
+
+from tests.runtime.rt_expect import RELEASES
 
 MODULES = (
     "vllm.v1.attention.backends.mla.flashinfer_mla_sparse_sm120",
