@@ -21,6 +21,8 @@ from .conftest import Applied, get_applied, git
 
 VARIANTS = ["v0.30-0.31", "v0.32-0.33", "v0.34"]
 
+pytestmark = pytest.mark.network  # builds vLLM release trees/repositories (PyPI wheels)
+
 
 
 def test_git_am_applies_every_patch_cleanly(applied: Applied) -> None:

@@ -31,8 +31,7 @@ def test_parse_real_series_patch(mini_series: MiniSeries) -> None:
 
 def test_every_shipped_patch_parses_and_is_safe() -> None:
     patches = sorted((project_root() / "patches").glob("*/*.patch"))
-    if not patches:
-        pytest.skip("patches/ is not in this checkout")
+    assert len(patches) >= 6  # the shipped series is part of the checkout
     for p in patches:
         pp = parse_patch(p)
         assert pp.subject and pp.files, p

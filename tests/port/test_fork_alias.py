@@ -20,6 +20,8 @@ from sm120kit.paths import cache_dir
 from tests.support.forks import SM, WU, edit, git, make_fork
 from tests.support.paths import PATCHES
 
+pytestmark = pytest.mark.network  # builds vLLM release trees/repositories (PyPI wheels)
+
 ALIAS = "eldritch-20260627"
 BRANCH = "codex/eldritch-enlightenment-release-20260627"
 

@@ -32,6 +32,8 @@ from tests.support.forks import (
     make_fork,
 )
 
+pytestmark = pytest.mark.network  # builds vLLM release trees/repositories (PyPI wheels)
+
 VERSION = "0.33.0"
 ALIAS = f"vllm-{VERSION}"
 

@@ -21,6 +21,8 @@ import pytest
 
 from sm120kit.facts.dcp import warmup_decode_prompt_len
 
+pytestmark = pytest.mark.network  # builds vLLM release trees/repositories (PyPI wheels)
+
 RUNTIME = Path(__file__).resolve().parents[1] / "runtime"
 WORKER = Path(__file__).resolve().parent / "rt_warmup_worker.py"
 DECODE_ID = "_v2_mixed_warmup_decode_"
