@@ -140,7 +140,7 @@ def _stack_targets(procs: list[Proc], opts: Options) -> list[Proc]:
     return pr[: opts.max_stack_procs]
 
 
-def _collect_stacks(
+def _collect_stacks(  # noqa: C901  (to split: one branch per stack source/fallback (issue 15))
     bundle: Bundle, procs: list[Proc], opts: Options, ctx: CollectContext, rec: CollectorRecord,
     runner: _Runner, out: dict[int, dict[str, Any]],
 ) -> None:

@@ -543,7 +543,7 @@ class LaunchSupervisor:
         shutil.rmtree(self.bundle.root, ignore_errors=True)
 
     # --- main loop -----------------------------------------------------------------------
-    def run(self) -> LaunchResult:
+    def run(self) -> LaunchResult:  # noqa: C901  (to split: the supervisor's event loop (issue 15))
         o = self.opts
         self.start()
         assert self.proc is not None
