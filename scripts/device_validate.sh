@@ -32,10 +32,16 @@ if [ "${1:-}" = "--prepare" ]; then
   tree=$($PY -c "import sys; from sm120kit.patchset.release import release_tree; print(release_tree('vllm', sys.argv[1]))" "$VV")
   tar -cJf ".devcarry/vllm-$VV-py.tar.xz" -C "$tree" vllm "vllm-$VV.dist-info"
   grep -v '^torch' tests/requirements.txt > .devcarry/requirements.txt
-  $PY -m pip download -q --only-binary=:all: --python-version "$PV" --platform manylinux_2_28_x86_64 \
-    --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform any \
+  plat=""
+  for t in manylinux2014 manylinux_2_17 manylinux_2_24 manylinux_2_27 manylinux_2_28 manylinux_2_31 manylinux_2_34 manylinux_2_35; do
+    plat="$plat --platform ${t}_x86_64"
+  done
+  # shellcheck disable=SC2086
+  $PY -m pip download -q --only-binary=:all: --python-version "$PV" $plat --platform any \
     -d .devcarry/wheels -r .devcarry/requirements.txt
-  $PY -m pip download -q --no-deps --only-binary=:all: --python-version "$PV" -d .devcarry/wheels xgrammar==0.2.8
+  # shellcheck disable=SC2086
+  $PY -m pip download -q --no-deps --only-binary=:all: --python-version "$PV" $plat --platform any \
+    -d .devcarry/wheels xgrammar==0.2.8
   $PY -m pip download -q --no-deps -d .devcarry "flashinfer-python==$FV"
   du -sh .devcarry
   exit 0

@@ -38,6 +38,7 @@ def test_requirements_installed() -> None:
     assert torch.__version__.split("+")[0] == "2.13.0", torch.__version__
 
 
+@pytest.mark.slow  # builds and runs every release's patched tree (the session's runtime results): 20-80 s
 @pytest.mark.parametrize("kind", ["patched", "upstream"])
 @pytest.mark.parametrize("release", RELEASES)
 def test_release_imports_on_cpu(runtime_results, release: str, kind: str) -> None:
