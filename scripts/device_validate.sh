@@ -24,14 +24,18 @@
 #       --no-index into /tmp/vdeps (the GPU machine's own torch/triton are kept).
 set -u
 if [ "${1:-}" = "--prepare" ]; then
-  VV=${2:-0.33.0}; FV=${3:-0.6.14}
+  VV=${2:-0.33.0}; FV=${3:-${FLASHINFER_VERSION:-0.6.14}}
   PY=${PYTHON:-python3}
   PV=${PREP_PY_VERSION:-$($PY -c 'import sys;print(f"{sys.version_info[0]}.{sys.version_info[1]}")')}
   set -e
   mkdir -p .devcarry/wheels
   tree=$($PY -c "import sys; from sm120kit.patchset.release import release_tree; print(release_tree('vllm', sys.argv[1]))" "$VV")
   tar -cJf ".devcarry/vllm-$VV-py.tar.xz" -C "$tree" vllm "vllm-$VV.dist-info"
-  grep -v '^torch' tests/requirements.txt > .devcarry/requirements.txt
+  # packages the GPU machine's Python already has (its torch environment) need not travel:
+  # PREP_SKIP (default numpy: 17 MB of the ~80 MB) keeps .devcarry under the 64 MiB a device run
+  # carries; FLASHINFER_VERSION=none leaves out the 15 MB FlashInfer wheel
+  skip=${PREP_SKIP:-numpy}
+  grep -v '^torch' tests/requirements.txt | grep -v -E "^($(echo "$skip" | tr ' ' '|'))([=<>!~ ]|$)" > .devcarry/requirements.txt
   plat=""
   for t in manylinux2014 manylinux_2_17 manylinux_2_24 manylinux_2_27 manylinux_2_28 manylinux_2_31 manylinux_2_34 manylinux_2_35; do
     plat="$plat --platform ${t}_x86_64"
@@ -42,8 +46,10 @@ if [ "${1:-}" = "--prepare" ]; then
   # shellcheck disable=SC2086
   $PY -m pip download -q --no-deps --only-binary=:all: --python-version "$PV" $plat --platform any \
     -d .devcarry/wheels xgrammar==0.2.8
-  $PY -m pip download -q --no-deps -d .devcarry "flashinfer-python==$FV"
-  du -sh .devcarry
+  [ "$FV" = none ] || $PY -m pip download -q --no-deps -d .devcarry "flashinfer-python==$FV"
+  mib=$(du -sm .devcarry | cut -f1)
+  echo ".devcarry: ${mib} MiB (skipped: $skip)"
+  [ "$mib" -le 64 ] || echo "warning: over the 64 MiB a device run carries; add packages the GPU machine has to PREP_SKIP, or FLASHINFER_VERSION=none" >&2
   exit 0
 fi
 set -u
