@@ -19,7 +19,6 @@ pytestmark = pytest.mark.skipif(not (LOGS / "manifest.json").exists(),
 
 REPLAY = r'''
 import sys, time
-from tests.support.paths import SHARED_LOGS
 data = open(sys.argv[1], "rb").read()
 for i, line in enumerate(data.split(b"\n")):
     sys.stdout.buffer.write(line + b"\n")
