@@ -6,7 +6,7 @@
 #
 #   bash scripts/device_validate.sh --prepare [VLLM_VERSION] [FLASHINFER_VERSION]
 #       on a machine with PyPI (here), from the repo root. Builds .devcarry/ (gitignored: carry it
-#       with the work tree to the GPU machine; the script prints its size):
+#       with the work tree to the GPU machine; 62 MiB for 0.33.0 on Python 3.11, printed):
 #         vllm-X-py.tar.xz       the release wheel's Python tree WITH its vllm-X.dist-info/
 #                                (without the dist-info vLLM cannot read its own version and
 #                                disables Triton: "module 'triton' has no attribute
@@ -15,7 +15,8 @@
 #                                (tests/requirements.txt minus torch, plus xgrammar --no-deps);
 #                                without them the Triton cross-check cannot import vLLM
 #                                ("No module named 'pydantic'") and skips
-#         flashinfer_python-*.whl  for doctor's FlashInfer checks with FlashInfer present
+#         flashinfer_python-*.whl  only with FLASHINFER_VERSION given: doctor's FlashInfer checks
+#                                with FlashInfer present
 #       Download for the GPU machine's Python: PREP_PY_VERSION=3.12 (default: this interpreter's).
 #
 #   bash scripts/device_validate.sh OUTDIR
@@ -24,17 +25,18 @@
 #       --no-index into /tmp/vdeps (the GPU machine's own torch/triton are kept).
 set -u
 if [ "${1:-}" = "--prepare" ]; then
-  VV=${2:-0.33.0}; FV=${3:-${FLASHINFER_VERSION:-0.6.14}}
+  VV=${2:-0.33.0}; FV=${3:-${FLASHINFER_VERSION:-none}}
   PY=${PYTHON:-python3}
   PV=${PREP_PY_VERSION:-$($PY -c 'import sys;print(f"{sys.version_info[0]}.{sys.version_info[1]}")')}
   set -e
   mkdir -p .devcarry/wheels
   tree=$($PY -c "import sys; from sm120kit.patchset.release import release_tree; print(release_tree('vllm', sys.argv[1]))" "$VV")
   tar -cJf ".devcarry/vllm-$VV-py.tar.xz" -C "$tree" vllm "vllm-$VV.dist-info"
-  # packages the GPU machine's Python already has (its torch environment) need not travel:
-  # PREP_SKIP (default numpy: 17 MB of the ~80 MB) keeps .devcarry under the 64 MiB a device run
-  # carries; FLASHINFER_VERSION=none leaves out the 15 MB FlashInfer wheel
-  skip=${PREP_SKIP:-numpy}
+  # packages the GPU machine's Python already has need not travel: numpy (its torch stack) and
+  # sm120kit's own dependencies (sm120kit runs there). PREP_SKIP overrides the list; it keeps
+  # .devcarry under the 64 MiB a device run carries. The FlashInfer wheel (15 MB, for doctor's
+  # FlashInfer checks) comes only when a version is given.
+  skip=${PREP_SKIP:-numpy click rich pygments markdown-it-py mdurl psutil packaging}
   grep -v '^torch' tests/requirements.txt | grep -v -E "^($(echo "$skip" | tr ' ' '|'))([=<>!~ ]|$)" > .devcarry/requirements.txt
   plat=""
   for t in manylinux2014 manylinux_2_17 manylinux_2_24 manylinux_2_27 manylinux_2_28 manylinux_2_31 manylinux_2_34 manylinux_2_35; do
@@ -46,10 +48,13 @@ if [ "${1:-}" = "--prepare" ]; then
   # shellcheck disable=SC2086
   $PY -m pip download -q --no-deps --only-binary=:all: --python-version "$PV" $plat --platform any \
     -d .devcarry/wheels xgrammar==0.2.8
+  for p in $skip; do  # pulled in as dependencies of others: drop them again
+    rm -f .devcarry/wheels/"$(echo "$p" | tr '-' '_')"-*.whl .devcarry/wheels/"$p"-*.whl
+  done
   [ "$FV" = none ] || $PY -m pip download -q --no-deps -d .devcarry "flashinfer-python==$FV"
   mib=$(du -sm .devcarry | cut -f1)
   echo ".devcarry: ${mib} MiB (skipped: $skip)"
-  [ "$mib" -le 64 ] || echo "warning: over the 64 MiB a device run carries; add packages the GPU machine has to PREP_SKIP, or FLASHINFER_VERSION=none" >&2
+  [ "$mib" -le 64 ] || echo "warning: over the 64 MiB a device run carries; add packages the GPU machine has to PREP_SKIP" >&2
   exit 0
 fi
 set -u
