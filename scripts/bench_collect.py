@@ -8,7 +8,13 @@
    bare and under ``collect`` alternately; ratio of median wall times (target <= 1.02), and
    collect's own CPU time relative to the job's (robust against a busy machine).
 
-    python scripts/bench_collect.py [--world 8] [--repeats 3] [--steps 300]
+3. **Progress sampling.** The healthy job under collect with the per-second sampling of the
+   tree (processes, compiler CPU, IO, JIT caches, GPU memory) and with ``--no-progress``,
+   alternating, plus bare: ratio of median wall times sampling/bare (target <= 1.02) and the
+   sampler's CPU (``progress.sampling_s``; collect's own CPU with vs without sampling) relative
+   to the job's CPU.
+
+    python scripts/bench_collect.py [--world 8] [--repeats 3] [--steps 300] [--sampling-only]
 """
 
 from __future__ import annotations
@@ -111,17 +117,69 @@ def healthy(world: int, steps: int, repeats: int, out: Path) -> dict[str, Any]:
             "collect_self_cpu_median_s": statistics.median(self_cpu)}
 
 
+def sampling(world: int, steps: int, repeats: int, out: Path) -> dict[str, Any]:
+    job = [sys.executable, str(JOB), "--world", str(world), "--mode", "healthy", "--steps",
+           str(steps), "--step-sleep", "0.01"]
+    bare: list[float] = []
+    on: list[float] = []
+    off: list[float] = []
+    job_cpu: list[float] = []
+    cpu_on: list[float] = []
+    cpu_off: list[float] = []
+    sampler_s: list[float] = []
+    for _ in range(repeats):
+        c0 = _children_cpu()
+        t0 = time.monotonic()
+        subprocess.run(job, capture_output=True, text=True, timeout=300, check=True)
+        bare.append(time.monotonic() - t0)
+        job_cpu.append(_children_cpu() - c0)
+        for flag, walls, cpus in ((None, on, cpu_on), ("--no-progress", off, cpu_off)):
+            args = ["-o", str(out), "--json"] + ([flag] if flag else []) + ["--"] + job
+            wall, rc = _collect(args)
+            if rc.returncode != 0:
+                raise SystemExit(f"collect run failed:\n{rc.stderr[-2000:]}")
+            res = json.loads(rc.stdout)
+            walls.append(wall)
+            cpus.append(float(res["self_cpu_s"]))
+            if flag is None:
+                sampler_s.append(float((res.get("progress") or {}).get("sampling_s") or 0.0))
+    return {"bare": statistics.median(bare), "on": statistics.median(on),
+            "off": statistics.median(off), "job_cpu": statistics.median(job_cpu),
+            "cpu_on": statistics.median(cpu_on), "cpu_off": statistics.median(cpu_off),
+            "sampler_s": statistics.median(sampler_s), "all": {"bare": bare, "on": on,
+                                                                "off": off}}
+
+
+def report_sampling(sm: dict[str, Any]) -> None:
+    ratio = sm["on"] / sm["bare"]
+    print(f"sampling: bare median {sm['bare']:.2f} s, collect+sampling {sm['on']:.2f} s, "
+          f"collect --no-progress {sm['off']:.2f} s -> ratio sampling/bare {ratio:.3f} "
+          f"(target <= 1.02: {'ok' if ratio <= 1.02 else 'MISSED'}), sampling/no-progress "
+          f"{sm['on'] / sm['off']:.3f}")
+    print(f"  CPU: job {sm['job_cpu']:.2f} s; sampler itself {sm['sampler_s']:.3f} s "
+          f"(+{sm['sampler_s'] / sm['job_cpu']:.2%} of the job's CPU); collect's own CPU "
+          f"{sm['cpu_on']:.2f} s with sampling vs {sm['cpu_off']:.2f} s without")
+    print(f"  runs {json.dumps({k: [round(x, 2) for x in v] for k, v in sm['all'].items()})}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--world", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--sampling-only", action="store_true",
+                    help="only part 3 (progress sampling overhead)")
     a = ap.parse_args()
+    if a.sampling_only:
+        with tempfile.TemporaryDirectory(prefix="bench-collect-") as tmp:
+            report_sampling(sampling(a.world, a.steps, a.repeats, Path(tmp)))
+        return 0
     with tempfile.TemporaryDirectory(prefix="bench-collect-") as tmp:
         out = Path(tmp)
         anchor = anchor_pyspy(a.world)
         st = stall(a.world, out / "stall")
         h = healthy(a.world, a.steps, a.repeats, out / "healthy")
+        sm = sampling(a.world, a.steps, a.repeats, out / "sampling")
     d2b = st["detect_to_bundle_s"]
     ratio = h["collect_median_s"] / h["bare_median_s"]
     print(f"world={a.world}")
@@ -136,6 +194,7 @@ def main() -> int:
     cpu_ratio = h["collect_self_cpu_median_s"] / h["job_cpu_median_s"]
     print(f"  CPU: job {h['job_cpu_median_s']:.2f} s, collect itself "
           f"{h['collect_self_cpu_median_s']:.2f} s -> +{cpu_ratio:.1%} of the job's CPU")
+    report_sampling(sm)
     return 0
 
 

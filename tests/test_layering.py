@@ -39,6 +39,9 @@ CAPABILITY_EDGES: dict[tuple[str, str], str] = {
                            "collect.snapshot; doctor never imports collect",
     ("warmup", "collect"): "`warmup run` hands its stalled ranks to collect.snapshot."
                            "collect_processes for a bundle; collect never imports warmup",
+    ("validate", "collect"): "`validate -- vllm serve` runs the servers under collect's "
+                             "LaunchSupervisor so a hang during validation is bundled; collect "
+                             "never imports validate",
 }
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ COMMANDS: dict[str, str] = {
     "warmup": "sm120kit.cli.warmup:warmup_group",
     "collect": "sm120kit.cli.collect:collect_cmd",
     "diagnose": "sm120kit.cli.diagnose:diagnose_cmd",
+    "validate": "sm120kit.cli.validate:validate_cmd",
 }
 
 

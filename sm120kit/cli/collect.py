@@ -12,6 +12,7 @@ from rich.table import Table
 
 from sm120kit.cli import options
 from sm120kit.collect.attach import attach as do_attach
+from sm120kit.collect.progress import parse_patience
 from sm120kit.collect.snapshot import Options
 from sm120kit.collect.supervise import LaunchOptions, launch
 from sm120kit.errors import ExitCode, UserError
@@ -96,12 +97,20 @@ def _render_attach(tb: Path, res: Any, procs: list[Any], as_json: bool) -> None:
 @click.option("--no-doctor", is_flag=True, help="Skip the doctor collector.")
 @click.option("--sample-gap", type=float, default=2.0, show_default=True,
               help="Seconds between the two stack samples (busy vs blocked).")
+@click.option("--patience", "patience", multiple=True, metavar="PHASE=SECONDS",
+              help="Silence allowed in a known-long phase (jit-compile, weight-load, "
+              "cuda-graph-capture, autotune); defaults 1800/1800/900/1200 s. Repeatable.")
+@click.option("--no-progress", is_flag=True,
+              help="Judge stalls by output only (no sampling of processes, IO, caches, GPU).")
+@click.option("--status-every", type=float, default=30.0, show_default=True, hidden=True,
+              help="Seconds between live status lines while the output is quiet.")
 @options.json_option
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def collect_cmd(
     out_dir: Path, attach: str | None, stall_timeout: float, until_ready: bool, deadline: float,
     no_redact: bool, host_map: Path | None, always_bundle: bool, keep_running: bool, stacks: str,
-    no_diag_env: bool, no_doctor: bool, sample_gap: float, as_json: bool, command: tuple[str, ...],
+    no_diag_env: bool, no_doctor: bool, sample_gap: float, patience: tuple[str, ...],
+    no_progress: bool, status_every: float, as_json: bool, command: tuple[str, ...],
 ) -> int:
     """Supervise `-- vllm serve ...` and bundle the evidence of a stall, or `--attach [PID]`.
 
@@ -137,7 +146,6 @@ def collect_cmd(
     if not argv:
         raise UserError("no command to launch",
                         hint="sm120kit collect [OPTIONS] -- vllm serve MODEL ...  (or --attach)")
-
     if shutil.which(argv[0]) is None and not Path(argv[0]).exists():
         raise UserError(f"command not found: {argv[0]}", hint="check PATH / the virtualenv")
     lo = LaunchOptions(
@@ -145,7 +153,8 @@ def collect_cmd(
         deadline_s=deadline, redact=not no_redact, host_map_file=host_map,
         always_bundle=always_bundle, keep_running=keep_running, stacks=stacks,
         diag_env=not no_diag_env, faulthandler=not no_diag_env, sample_gap_s=sample_gap,
-        doctor=not no_doctor, stdout_to_stderr=as_json,
+        doctor=not no_doctor, stdout_to_stderr=as_json, progress=not no_progress,
+        patience=parse_patience(patience), status_every_s=status_every,
     )
     lres = launch(argv, lo)
     _render_launch(lres, as_json)

@@ -23,14 +23,18 @@ from sm120kit.report import console, dump_json
 @options.json_option
 @options.markdown_option
 @click.option("--max-ranks", default=16, show_default=True, help="Rows of the per-rank table.")
-def diagnose_cmd(inputs: tuple[str, ...], as_json: bool, as_markdown: bool, max_ranks: int) -> int:
+@click.option("--config", "config_path", type=click.Path(), default=None,
+              help="The model's config.json (or dir) for kv_capacity / dcp-not-engaged "
+              "(default: the model dir or HF cache the log names).")
+def diagnose_cmd(inputs: tuple[str, ...], as_json: bool, as_markdown: bool, max_ranks: int,
+                 config_path: str | None) -> int:
     """Name the phase, the diverging rank and the likely cause of a vLLM hang or crash.
 
     INPUTS: a vLLM/NCCL log (any prefix era; `-` reads stdin), a directory of per-rank logs, or
     a `sm120kit collect` bundle (.tar.gz or directory). Exit 0: nothing wrong found;
     1: findings; 2: unusable input.
     """
-    res = diagnose(list(inputs))
+    res = diagnose(list(inputs), config=config_path)
     if as_json:
         dump_json("diagnose", res.to_dict())
     elif as_markdown:
@@ -76,6 +80,12 @@ def render_human(res: DiagnoseResult, max_ranks: int = 16) -> None:
     con.print(f"[{style}]{escape(res.verdict)}[/{style}]")
     con.print(f"versions: {escape(_kv(res.versions))}")
     con.print(f"config:   {escape(_kv(res.config))}")
+    if res.kv_capacity:
+        keys = ("tokens", "available_gib", "tokens_per_gib", "effective_dcp", "requested_dcp",
+                "max_concurrency", "engaged")
+        con.print(f"kv:       {escape(_kv({x: res.kv_capacity.get(x) for x in keys}))}")
+    if res.nccl_diag:
+        con.print(f"nccl diag: {escape(str(res.nccl_diag.get('summary')))}")
     if res.phases:
         t = Table(title="phase timeline (first appearance)", show_lines=False)
         for c in ("phase", "first seen", "where"):

@@ -24,17 +24,25 @@ from sm120kit.report import console, dump_json
 @click.option("--dcp", "dcp", type=int, default=None, help="Planned DCP size (overrides argv).")
 @click.option("--tp", "tp", type=int, default=None,
               help="Planned TP size with --config (default: argv, else = --dcp).")
+@click.option("--max-model-len", "max_model_len", type=int, default=None,
+              help="Planned --max-model-len for the capacity planner (overrides argv).")
+@click.option("--gpu-mem-gib", "gpu_mem_gib", type=float, default=None,
+              help="Memory per GPU in GiB for the capacity planner (default: NVML).")
+@click.option("--log", "log_path", type=click.Path(dir_okay=False), default=None,
+              help="A vLLM server log: report kv_capacity and whether DCP engaged.")
 @options.json_option
 @options.markdown_option
 @click.option("--root", default="/", hidden=True, help="Root of procfs/sysfs (tests).")
 @click.argument("launch", nargs=-1, type=click.UNPROCESSED)
 def doctor_cmd(tier: int, deep: bool, layout: bool, only: tuple[str, ...],
-               config_path: str | None, dcp: int | None, tp: int | None, as_json: bool, as_markdown: bool,
-               root: str,
-               launch: tuple[str, ...]) -> int:
+               config_path: str | None, dcp: int | None, tp: int | None, max_model_len: int | None,
+               gpu_mem_gib: float | None, log_path: str | None, as_json: bool, as_markdown: bool,
+               root: str, launch: tuple[str, ...]) -> int:
     """Judge FlashInfer, SM120 GPUs, the planned launch and the host before a DCP start.
 
     Pass the launch after `--`:  sm120kit doctor -- vllm serve MODEL -tp 8 -dcp 8 ...
+    or plan from flags alone:    sm120kit doctor --tp 8 --dcp 4 --config config.json
+    or check a running server:   sm120kit doctor --log serve.log --json   (kv_capacity)
 
     Exit code: 0 all ok, 1 warnings, 2 failures.
     """
@@ -43,6 +51,7 @@ def doctor_cmd(tier: int, deep: bool, layout: bool, only: tuple[str, ...],
     top = 2 if deep else tier
     report = run_doctor(tiers=tuple(range(top + 1)), launch_argv=list(launch) or None,
                         config_path=config_path, dcp_planned=dcp, tp_planned=tp,
+                        max_model_len=max_model_len, gpu_mem_gib=gpu_mem_gib, log_path=log_path,
                         layout=layout,
                         only=list(only) or None, root=root)
     if as_json:

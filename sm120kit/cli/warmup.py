@@ -10,7 +10,7 @@ import click
 
 from sm120kit.cli import options
 from sm120kit.errors import UserError
-from sm120kit.facts.dcp import plan_warmup
+from sm120kit.facts.dcp import plan_for
 from sm120kit.facts.serve_args import ServeArgs, parse_human_int, parse_serve_args
 from sm120kit.report import console, dump_json
 from sm120kit.warmup import runner
@@ -18,22 +18,13 @@ from sm120kit.warmup.config import RunConfig, parse_inject_stall
 from sm120kit.warmup.render import LiveProgress, render_plan, render_result
 
 
-def _serve(args: tuple[str, ...]) -> ServeArgs | None:
-    return parse_serve_args(list(args)) if args else None
-
-
-def _human(value: str | None, option: str) -> int | None:
-    return None if value is None else parse_human_int(value, option)
-
-
-def _pick(explicit: Any, serve: Any, attr: str, default: Any = None) -> Any:
-    if explicit is not None:
-        return explicit
-    if serve is not None:
-        v = getattr(serve, attr)
-        if v is not None:
-            return v
-    return default
+def _serve(args: tuple[str, ...], **ours: Any) -> Any:
+    """The launch line after ``--`` with this command's options winning (ServeArgs.override)."""
+    sa = parse_serve_args(list(args)) if args else ServeArgs()
+    for key in ("max_model_len", "max_num_batched_tokens"):
+        if ours.get(key) is not None:
+            ours[key] = parse_human_int(ours[key], "--" + key.replace("_", "-"))
+    return sa.override(**ours)
 
 
 @click.group("warmup")
@@ -66,24 +57,13 @@ def plan_cmd(
 
     Values come from the options, else from `-- vllm serve ...` arguments after `--`.
     """
-    sa = _serve(serve_args)
-    n = _pick(dcp, sa, "decode_context_parallel_size")
-    if n is None:
+    sa = _serve(serve_args, dcp=dcp, block_size=block_size, interleave=interleave,
+                max_num_seqs=max_num_seqs, mtp=mtp, max_model_len=max_model_len,
+                max_num_batched_tokens=max_num_batched_tokens)
+    if "decode_context_parallel_size" not in sa.given:
         raise UserError("no DCP size", hint="give --dcp N or the launch line: -- vllm serve ...")
     try:
-        wp = plan_warmup(
-            int(n),
-            int(_pick(block_size, sa, "block_size", 64)),
-            interleave=int(interleave if interleave is not None else (sa.interleave if sa else 1)),
-            mtp=int(mtp if mtp is not None else (sa.num_speculative_tokens if sa else 0)),
-            max_num_seqs=_pick(max_num_seqs, sa, "max_num_seqs"),
-            max_model_len=_pick(_human(max_model_len, "--max-model-len"), sa, "max_model_len"),
-            max_num_batched_tokens=_pick(
-                _human(max_num_batched_tokens, "--max-num-batched-tokens"),
-                sa,
-                "max_num_batched_tokens",
-            ),
-        )
+        wp = plan_for(sa)
     except ValueError as exc:
         raise UserError(str(exc), hint="vLLM rejects this configuration too") from None
     if as_json:
@@ -188,14 +168,15 @@ def run_cmd(
     attention with LSE, ag_rs/a2a merge with real collectives, compared with single-rank
     attention. Exit 0 pass, 1 pass with zero-local-KV ranks, 2 failure or stall.
     """
-    sa = _serve(serve_args)
-    n = _pick(dcp, sa, "decode_context_parallel_size")
-    if n is None and _under_torchrun():
-        n = int(os.environ["WORLD_SIZE"])
-    if n is None:
+    torchrun = _under_torchrun()
+    sa = _serve(serve_args, dcp=dcp, block_size=block_size, interleave=interleave, mtp=mtp,
+                max_model_len=max_model_len, max_num_batched_tokens=max_num_batched_tokens)
+    if "decode_context_parallel_size" not in sa.given and torchrun:
+        sa = sa.override(dcp=int(os.environ["WORLD_SIZE"]))
+    if "decode_context_parallel_size" not in sa.given:
         raise UserError("no DCP size", hint="give --dcp N or the launch line: -- vllm serve ...")
-    cfg = RunConfig(
-        dcp=int(n),
+    cfg = RunConfig.from_serve(
+        sa,
         backend=backend,
         device=device,
         dist_backend=dist_backend,
@@ -204,17 +185,8 @@ def run_cmd(
         topk=topk,
         kv_lora_rank=kv_lora_rank,
         rope_dim=rope_dim,
-        interleave=int(interleave if interleave is not None else (sa.interleave if sa else 1)),
-        block_size=int(_pick(block_size, sa, "block_size", 64)),
         batch=batch,
-        mtp=int(mtp if mtp is not None else (sa.num_speculative_tokens if sa else 0)),
         seq_len=seq_len,
-        max_model_len=_pick(_human(max_model_len, "--max-model-len"), sa, "max_model_len"),
-        max_num_batched_tokens=_pick(
-            _human(max_num_batched_tokens, "--max-num-batched-tokens"),
-            sa,
-            "max_num_batched_tokens",
-        ),
         lse_base=lse_base,
         merge=merge,
         scale_format=scale_format,

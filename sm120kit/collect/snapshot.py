@@ -24,9 +24,11 @@ from typing import Any
 
 from sm120kit.collect.bundle_writer import Bundle, CollectorRecord, iso
 from sm120kit.doctor import run_doctor
+from sm120kit.errors import UserError
 from sm120kit.evidence import flight, gpu, ras, stacks
 from sm120kit.evidence.procs import Proc, alive, describe, environ
 from sm120kit.evidence.redact import Redactor, is_secret_env_name
+from sm120kit.facts.serve_args import parse_serve_args
 
 STACK_ROLES = ("worker", "engine-core", "api-server", "warmup-rank", "python")
 
@@ -708,20 +710,14 @@ def env_hints(procs: list[Proc], ctx: CollectContext, opts: Options) -> None:
 
 
 def watchdog_dir_from_argv(argv: list[str]) -> str | None:
-    for i, a in enumerate(argv):
-        val = None
-        if a == "--watchdog-config" and i + 1 < len(argv):
-            val = argv[i + 1]
-        elif a.startswith("--watchdog-config="):
-            val = a.split("=", 1)[1]
-        if val:
-            try:
-                d = json.loads(val).get("dump_dir")
-                if d:
-                    return str(d)
-            except (ValueError, AttributeError):
-                return None
-    return None
+    """``dump_dir`` of a ``--watchdog-config`` on a process's command line (any form vLLM
+    accepts: JSON, ``--watchdog-config.dump_dir DIR``, underscores)."""
+    try:
+        wd = parse_serve_args(argv).watchdog_config
+    except UserError:
+        return None
+    d = wd.get("dump_dir") if isinstance(wd, dict) else None
+    return str(d) if d else None
 
 
 def collect_processes(

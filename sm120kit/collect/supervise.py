@@ -36,6 +36,13 @@ from pathlib import Path
 from typing import IO, Any
 
 from sm120kit.collect.bundle_writer import LOG_CAP, Bundle
+from sm120kit.collect.progress import (
+    LONG_PHASES,
+    PROGRESS,
+    ProgressSampler,
+    cache_dirs,
+    nvml_used_reader,
+)
 from sm120kit.collect.snapshot import (
     CollectContext,
     Options,
@@ -44,11 +51,14 @@ from sm120kit.collect.snapshot import (
     snapshot,
     write_processes,
 )
+from sm120kit.errors import UserError
 from sm120kit.evidence import flight
+from sm120kit.evidence.kv import capacity_from_launch
 from sm120kit.evidence.phases import PhaseTracker, stall_signal
 from sm120kit.evidence.procs import Proc, alive, describe, stop_tree, tree
 from sm120kit.evidence.redact import Redactor
-from sm120kit.evidence.stacks import faulthandler_site_dir
+from sm120kit.evidence.stacks import faulthandler_site_dir, py_spy_dump, signature
+from sm120kit.facts.serve_args import ServeArgs, parse_serve_args
 
 READY_PHASES = ("api-server-ready",)
 _READY_RX = re.compile(r"Application startup complete")
@@ -64,6 +74,7 @@ _SRC_RX = (
     re.compile(r"^[\w.-]+:(?P<pid>\d+):\d+ \[\d+\] NCCL "),
 )
 SOURCE_CAP = 8 * 1024 * 1024
+SPIN_CORES = 0.2  # CPU use over the quiet window that makes it a spin rather than a block
 MAX_SOURCES = 128
 
 
@@ -88,12 +99,16 @@ class LaunchOptions:
     poll_s: float = 0.2
     log_tail_lines: int = 200
     doctor: bool = True
+    progress: bool = True              # sample the tree (births, compilers, IO, caches, GPU)
+    progress_interval_s: float = 1.0
+    patience: dict[str, float] = field(default_factory=dict)  # overrides of LONG_PHASES
+    status_every_s: float = 30.0       # live status line while the output is quiet
 
 
 @dataclass
 class LaunchResult:
     exit_code: int
-    outcome: str  # ready | exited | crashed | stalled | interrupted
+    outcome: str  # ready | exited | crashed | stalled | interrupted | stopped
     reason: str
     bundle: Path | None
     timeline: list[dict[str, Any]]
@@ -106,6 +121,10 @@ class LaunchResult:
     added_env: dict[str, str] = field(default_factory=dict)
     watchdog: str | None = None
     self_cpu_s: float | None = None  # CPU time collect itself used (not its child)
+    progress: dict[str, Any] | None = None  # channels that moved last, sampler cost
+    detected_at: float | None = None  # unix time the stall/crash was decided
+    quiet_s: float | None = None  # how long every channel had been quiet at a stall
+    kv_capacity: dict[str, Any] | None = None  # at ready: KV numbers and effective DCP
 
     def to_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
@@ -171,6 +190,15 @@ def vllm_supports_watchdog(argv0: str) -> tuple[bool | None, str]:
     return None, "vllm/engine/arg_utils.py not found"
 
 
+def serve_args_of(argv: list[str]) -> ServeArgs:
+    """The launch line as :mod:`sm120kit.facts.serve_args` reads it; a value vLLM would reject
+    leaves the defaults with a note (collect never refuses to run a launch)."""
+    try:
+        return parse_serve_args(argv)
+    except UserError as exc:
+        return ServeArgs(argv=list(argv), notes=[f"launch line not fully read: {exc.message}"])
+
+
 def is_vllm_serve(argv: list[str]) -> bool:
     if not argv:
         return False
@@ -212,6 +240,9 @@ def diagnostic_env(
         put("NCCL_DEBUG", "INFO")
         put("NCCL_DEBUG_FILE", str(bundle_root / "nccl" / "%h.%p.log"))
     put("PYTHONUNBUFFERED", "1")  # buffered output would look like silence
+    # NCCL >= 2.31: P2P write/read check of every GPU pair at communicator init, reported as
+    # 'NCCL DIAG' lines (informational; older NCCL ignores the variable)
+    put("NCCL_RUN_DIAGNOSTICS", "1")
     if site_dir is not None:
         fh = bundle_root / "faulthandler"
         fh.mkdir(exist_ok=True)
@@ -222,7 +253,7 @@ def diagnostic_env(
     note = None
     argv = list(argv)
     if is_vllm_serve(argv):
-        if any(a == "--watchdog-config" or a.startswith("--watchdog-config=") for a in argv):
+        if "watchdog_config" in serve_args_of(argv).given:
             note = "--watchdog-config given by the user: kept"
         else:
             ok, where = vllm_supports_watchdog(argv[0])
@@ -288,6 +319,28 @@ class _CappedFile:
         self.f = None
 
 
+@dataclass
+class _Stop:
+    """Why the watch loop ended."""
+
+    outcome: str  # ready | exited | crashed | stalled | interrupted | stopped
+    kind: str = ""
+    reason: str = ""
+    child_rc: int | None = None
+    quiet_s: float | None = None
+
+    def exit_code(self) -> int:
+        if self.outcome in ("ready", "stopped"):
+            return 0
+        if self.outcome == "exited":
+            return self.child_rc or 0
+        if self.outcome == "interrupted":
+            return 130
+        if self.outcome == "crashed" and self.kind == "exit":
+            return self.child_rc if self.child_rc else 1
+        return 1
+
+
 # --- the supervisor --------------------------------------------------------------------------
 class LaunchSupervisor:
     def __init__(self, argv: list[str], opts: LaunchOptions, *,
@@ -321,6 +374,11 @@ class LaunchSupervisor:
             self.env, self.added, self.argv, self.watchdog_note = base_env, {}, self.argv_user, None
         self.redactor.learn_env(self.env)
         self.redactor.learn_argv(self.argv)
+        if is_vllm_serve(self.argv_user):
+            sa = serve_args_of(self.argv_user)
+            self.bundle.meta["serve_args"] = sa.shape()
+            if sa.notes:
+                self.bundle.meta["serve_args_notes"] = list(sa.notes)
         self.tracker = PhaseTracker()
         self._stall_signal = stall_signal
         self.lock = threading.Lock()
@@ -328,6 +386,11 @@ class LaunchSupervisor:
         self.tails: dict[str, deque[str]] = {}
         self.signal_hit: tuple[str, str] | None = None
         self.ready = False
+        # set by a caller that drives the ready server itself (validate) once its work is done:
+        # the loop stops the child tree without a bundle (outcome "stopped")
+        self.stop_requested = threading.Event()
+        # set by such a caller when the server stopped answering it: a stall, bundled live
+        self.caller_stall: str | None = None
         self.known: dict[int, Proc] = {}
         self.tracked: dict[int, Proc] = {}
         self.deaths: list[dict[str, Any]] = []
@@ -337,6 +400,15 @@ class LaunchSupervisor:
         self.source_files: dict[str, _CappedFile] = {}
         self._partial: dict[str, str] = {"stdout": "", "stderr": ""}
         self.detect_to_bundle_s: float | None = None
+        self.sampler: ProgressSampler | None = None
+        self.last_progress = time.monotonic()
+        self.echo_on = True  # off once we stop the child: its dying words go to the bundle only
+        self._spy: dict[int, tuple[tuple[str, str], ...]] = {}
+        self._spy_t = 0.0
+        self._spy_same = False
+        self._status_t = 0.0
+        self._activity: str | None = None
+        self.patience = {**LONG_PHASES, **opts.patience}
 
     # --- time base -----------------------------------------------------------------------
     def now(self) -> float:
@@ -351,7 +423,7 @@ class LaunchSupervisor:
                 break
             if not chunk:
                 break
-            if sink is not None:
+            if sink is not None and self.echo_on:
                 try:
                     sink.write(chunk)
                     sink.flush()
@@ -437,12 +509,101 @@ class LaunchSupervisor:
     def live_procs(self) -> list[Proc]:
         return [p for p in self.known.values() if alive(p)]
 
+    # --- progress beyond output -----------------------------------------------------------
+    def _progress(self, mono: float) -> None:
+        """One sample of the tree; progress resets the stall clock, CPU alone does not."""
+        assert self.sampler is not None
+        tick = self.sampler.sample()
+        with self.lock:
+            quiet = mono - max(self.last_activity, self.last_progress)
+            cur = self.tracker.current
+        if tick.moved & PROGRESS:
+            with self.lock:
+                self.last_progress = mono
+        elif "cpu" in tick.moved and tick.busy_python is not None:
+            self._frames(tick.busy_python, mono, quiet)
+        act = self.sampler.activity(cur)
+        quiet_out = mono - self.last_activity
+        if act != self._activity or (quiet_out >= self.opts.status_every_s
+                                     and mono - self._status_t >= self.opts.status_every_s):
+            self._activity, self._status_t = act, mono
+            if act is not None or quiet_out >= self.opts.status_every_s:
+                self.on_event(self.sampler.status(act, self.patience.get(act or "")))
+
+    def _frames(self, pid: int, mono: float, quiet: float) -> None:
+        """py-spy the busiest Python process when only CPU moves: new frames are progress,
+        the same frames twice are a spin (stays not-progress)."""
+        if quiet < self.opts.stall_timeout * 0.3 or mono - self._spy_t < max(
+                1.0, self.opts.stall_timeout / 5):
+            return
+        self._spy_t = mono
+        smp = py_spy_dump(pid, native=False, timeout=3.0, retry_plain=False)
+        if not smp.ok:
+            return
+        sig = tuple((n, f) for n, f, _ in signature(smp, depth=12))
+        prev = self._spy.get(pid)
+        self._spy[pid] = sig
+        if prev is not None and sig == prev:
+            self._spy_same = True
+        if prev is not None and sig != prev:
+            assert self.sampler is not None
+            self.sampler.mark("frames")
+            with self.lock:
+                self.last_progress = mono
+
+    def _limit(self) -> float:
+        """--stall-timeout, or the patience of the known-long phase the launch is in."""
+        if self.sampler is None:
+            return self.opts.stall_timeout
+        with self.lock:
+            cur = self.tracker.current
+        act = self.sampler.activity(cur)
+        return max(self.opts.stall_timeout, self.patience.get(act or "", 0.0))
+
+    def _quiet_verdict(self, silent: float, cur: str | None) -> tuple[str, str, str]:
+        if self.sampler is None:
+            return ("stalled", "silence", f"no output and no phase change for {silent:.0f}s "
+                    f"(phase {cur or 'unknown'})")
+        rep = self.sampler.report()
+        rate = self.sampler.cpu_rate(min(silent, 10.0))
+        if rate >= SPIN_CORES:
+            same = " with the same Python frames in two py-spy samples" if self._spy_same else ""
+            return ("stalled", "spin", f"spinning: CPU busy ({rate:.1f} cores){same} but no "
+                    "output, no process "
+                    f"births/exits, no IO, no cache growth for {silent:.0f}s (phase "
+                    f"{cur or 'unknown'}; an NCCL busy-wait looks like this)")
+        moved = rep["moved_last"]
+        return ("stalled", "silence", f"no output and no progress on any channel for "
+                f"{silent:.0f}s (phase {cur or 'unknown'}; last moved: {moved or 'nothing'})")
+
+    def progress_report(self) -> dict[str, Any] | None:
+        if self.sampler is None:
+            return None
+        rep = self.sampler.report()
+        rep["patience_s"] = dict(self.patience)
+        rep["activity"] = self._activity
+        return rep
+
+    def kv_capacity(self) -> dict[str, Any] | None:
+        """KV numbers the launch printed, with the effective DCP where the model config is local."""
+        with self.lock:
+            lines = [ln for dq in self.tails.values() for ln in dq]
+        cap = capacity_from_launch(lines, self.argv_user, self.env)
+        if cap is not None:
+            self.on_event(f"KV cache: {cap.tokens if cap.tokens is not None else '?'} tokens, "
+                          f"{cap.available_gib} GiB; DCP engaged: {cap.engaged}"
+                          + (f" ({cap.note})" if cap.note else ""))
+        return cap.to_dict() if cap is not None else None
+
     # --- lifecycle -----------------------------------------------------------------------
     def start(self) -> None:
         self.proc = subprocess.Popen(
             self.argv, env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, start_new_session=True, close_fds=True,
         )
+        if self.opts.progress:
+            self.sampler = ProgressSampler(self.proc.pid, cache_dirs(self.env),
+                                           nvml_used_reader())
         root = describe_quiet(self.proc.pid)
         if root is not None:
             self.known[root.pid] = root
@@ -463,6 +624,7 @@ class LaunchSupervisor:
         """Stop our child tree (SIGINT → SIGTERM → SIGKILL) and reap the child."""
         if self.proc is None:
             return []
+        self.echo_on = False
         try:
             self._scan_tree()
         except Exception:
@@ -511,6 +673,9 @@ class LaunchSupervisor:
 
     def _bundle(self, reason: str, kind: str, *, live: bool = True) -> tuple[Path, Result | None]:
         t_detect = time.monotonic()
+        prog = self.progress_report()
+        if prog is not None:
+            self.bundle.write_json("progress.json", prog)
         ctx = self._context(reason, kind)
         opts = self._options()
         procs = self.live_procs() if live else []
@@ -538,140 +703,167 @@ class LaunchSupervisor:
     def cleanup(self) -> None:
         shutil.rmtree(self._tmp, ignore_errors=True)
 
+    def report_stall(self, reason: str) -> None:
+        """A caller driving the ready server saw it stop answering: bundle it live, then stop."""
+        self.caller_stall = reason
+
     def discard_bundle(self) -> None:
         self._close_logs()
         shutil.rmtree(self.bundle.root, ignore_errors=True)
 
     # --- main loop -----------------------------------------------------------------------
-    def run(self) -> LaunchResult:  # noqa: C901  (to split: the supervisor's event loop (issue 15))
+    def _exited(self, rc: int) -> _Stop:
+        self._join_readers()
+        if rc == 0:
+            return _Stop("exited", "", "the command exited with code 0", rc)
+        reason = f"the command exited with code {rc}"
+        if self.deaths:
+            d = self.deaths[0]
+            reason += f"; first gone: {d['label']} (pid {d['pid']}) at +{d['t']:.1f}s"
+        return _Stop("crashed", "exit", reason, rc)
+
+    def _decide(self, mono: float, grace_until: float | None) -> tuple[_Stop | None, float | None]:
+        """One look at every stop condition (ready, caller, hang line, death, quiet)."""
+        if self.opts.until_ready and self.ready:
+            return _Stop("ready", "", "the server is ready"), grace_until
+        if self.caller_stall is not None:
+            return _Stop("stalled", "caller", self.caller_stall), grace_until
+        if self.stop_requested.is_set():
+            return _Stop("stopped", "", "stopped by the caller after its work"), grace_until
+        with self.lock:
+            sig = self.signal_hit
+            silent = mono - max(self.last_activity, self.last_progress)
+            cur = self.tracker.current
+        if sig is not None:
+            return _Stop("crashed" if sig[0] in DEATH_SIGNALS else "stalled", "signal",
+                         f"known hang message ({sig[0]}): {sig[1]}{self._cold_hint(sig[1])}"
+                         ), grace_until
+        if self.deaths:
+            if grace_until is None:
+                return None, mono + 2.0  # let the traceback and the exit arrive
+            if mono >= grace_until:
+                d = self.deaths[0]
+                return _Stop("crashed", "death", f"{d['label']} (pid {d['pid']}) died while the "
+                             "command kept running"), grace_until
+        if silent > self._limit():
+            outcome, kind, reason = self._quiet_verdict(silent, cur)
+            return _Stop(outcome, kind, reason, quiet_s=round(silent, 2)), grace_until
+        return None, grace_until
+
+    def _cold_hint(self, line: str) -> str:
+        """vLLM's own engine-ready timeout hit while the tree was still compiling / loading: a
+        cold start, not a hang (the fix is vLLM's timeout, not the launch)."""
+        if "Timed out waiting for engine core" not in line or self.sampler is None:
+            return ""
+        rep = self.sampler.report()
+        busy = []
+        if rep["compilers_done"] or rep["compilers_running"] or rep["compile_cpu_s"] > 0:
+            busy.append(f"JIT compiling ({sum(rep['compilers_done'].values())} compiler runs)")
+        if rep["io_read_bytes"] > 1 << 30:
+            busy.append(f"loading weights ({rep['io_read_bytes'] / 1e9:.1f} GB read)")
+        if not busy:
+            return ""
+        return (f" -- the engine was still {' and '.join(busy)}: a cold start past vLLM's "
+                "VLLM_ENGINE_READY_TIMEOUT_S (default 600 s), not a hang; raise it, e.g. "
+                "VLLM_ENGINE_READY_TIMEOUT_S=1800")
+
+    def _watch(self) -> _Stop:
+        """Poll the child until a stop condition holds (KeyboardInterrupt passes through)."""
+        assert self.proc is not None
+        last_scan = last_tick = 0.0
+        grace: float | None = None
+        while True:
+            rc = self.proc.poll()
+            if rc is not None:
+                return self._exited(rc)
+            mono = time.monotonic()
+            if mono - last_scan > 1.0:
+                try:
+                    self._scan_tree()
+                    self._check_deaths()
+                except Exception:
+                    pass
+                last_scan = mono
+            if self.sampler is not None and mono - last_tick >= self.opts.progress_interval_s:
+                last_tick = mono
+                self._progress(mono)
+            stop, grace = self._decide(mono, grace)
+            if stop is not None:
+                return stop
+            time.sleep(self.opts.poll_s)
+
+    def _timeline(self) -> tuple[list[dict[str, Any]], str | None]:
+        with self.lock:
+            return ([{"phase": ph, "t": round(t, 3), "stream": s}
+                     for ph, t, s in self.tracker.timeline], self.tracker.current)
+
+    def _after_stall(self, st: _Stop) -> tuple[Path, Result | None]:
+        o = self.opts
+        assert self.proc is not None
+        live = self.proc.poll() is None
+        self.on_event(f"{st.reason}; collecting evidence (deadline {o.deadline_s:.0f}s)")
+        bundle_path, res = self._bundle(st.reason or st.outcome, st.kind or st.outcome, live=live)
+        self.on_event(f"bundle written: {bundle_path}")
+        if o.keep_running and st.outcome == "stalled" and self.proc.poll() is None:
+            self.on_event("--keep-running: still supervising; Ctrl-C to stop")
+            try:
+                while self.proc.poll() is None:
+                    time.sleep(o.poll_s)
+            except KeyboardInterrupt:
+                st.outcome = "interrupted"
+            self._join_readers()
+        return bundle_path, res
+
+    def run(self) -> LaunchResult:
         o = self.opts
         self.start()
         assert self.proc is not None
-        self.on_event(f"started pid {self.proc.pid}; bundle dir {self.bundle.root}")
+        self.on_event(f"started pid {self.proc.pid}; a bundle is written under {o.out_dir} only "
+                      "if something goes wrong")
         if self.watchdog_note:
             self.on_event(self.watchdog_note)
-        last_scan = 0.0
-        outcome, reason, kind = "exited", "", ""
-        grace_until: float | None = None
+        st = _Stop("exited")
         bundle_path: Path | None = None
         res: Result | None = None
         steps: list[dict[str, Any]] = []
-        child_rc: int | None = None
-        frozen: list[dict[str, Any]] | None = None
-        frozen_cur: str | None = None
+        detected: float | None = None
+        frozen: tuple[list[dict[str, Any]], str | None] | None = None
         try:
             try:
-                while True:
-                    rc = self.proc.poll()
-                    if rc is not None:
-                        self._join_readers()
-                        child_rc = rc
-                        if rc == 0:
-                            outcome, reason = "exited", "the command exited with code 0"
-                        else:
-                            outcome, kind = "crashed", "exit"
-                            reason = f"the command exited with code {rc}"
-                            if self.deaths:
-                                d = self.deaths[0]
-                                reason += (f"; first gone: {d['label']} (pid {d['pid']}) at "
-                                           f"+{d['t']:.1f}s")
-                        break
-                    mono = time.monotonic()
-                    if mono - last_scan > 1.0:
-                        try:
-                            self._scan_tree()
-                            self._check_deaths()
-                        except Exception:
-                            pass
-                        last_scan = mono
-                    if o.until_ready and self.ready:
-                        outcome, reason = "ready", "the server is ready"
-                        break
-                    with self.lock:
-                        sig = self.signal_hit
-                        silent = mono - self.last_activity
-                        cur = self.tracker.current
-                    if sig is not None:
-                        outcome = "crashed" if sig[0] in DEATH_SIGNALS else "stalled"
-                        kind = "signal"
-                        reason = f"known hang message ({sig[0]}): {sig[1]}"
-                        break
-                    if self.deaths:
-                        if grace_until is None:
-                            grace_until = mono + 2.0  # let the traceback and the exit arrive
-                        elif mono >= grace_until:
-                            d = self.deaths[0]
-                            outcome, kind = "crashed", "death"
-                            reason = (f"{d['label']} (pid {d['pid']}) died while the command "
-                                      "kept running")
-                            break
-                    if silent > o.stall_timeout:
-                        outcome, kind = "stalled", "silence"
-                        reason = (f"no output and no phase change for {silent:.0f}s "
-                                  f"(phase {cur or 'unknown'})")
-                        break
-                    time.sleep(o.poll_s)
+                st = self._watch()
             except KeyboardInterrupt:
-                outcome, kind = "interrupted", "interrupt"
-                reason = "interrupted by the user (Ctrl-C)"
-            with self.lock:
-                frozen = [{"phase": ph, "t": round(t, 3), "stream": s}
-                          for ph, t, s in self.tracker.timeline]
-                frozen_cur = self.tracker.current
-            if outcome in ("stalled", "crashed", "interrupted") or o.always_bundle:
-                live = self.proc.poll() is None
-                self.on_event(f"{reason}; collecting evidence (deadline {o.deadline_s:.0f}s)")
-                bundle_path, res = self._bundle(reason or outcome, kind or outcome, live=live)
-                self.on_event(f"bundle written: {bundle_path}")
-                if o.keep_running and outcome == "stalled" and self.proc.poll() is None:
-                    self.on_event("--keep-running: still supervising; Ctrl-C to stop")
-                    try:
-                        while self.proc.poll() is None:
-                            time.sleep(o.poll_s)
-                    except KeyboardInterrupt:
-                        outcome = "interrupted"
-                    self._join_readers()
-            elif outcome in ("exited", "ready"):
-                pass
+                st = _Stop("interrupted", "interrupt", "interrupted by the user (Ctrl-C)")
+            detected = time.time()
+            frozen = self._timeline()
+            if st.outcome in ("stalled", "crashed", "interrupted") or o.always_bundle:
+                bundle_path, res = self._after_stall(st)
         except KeyboardInterrupt:
-            outcome, reason = "interrupted", "interrupted by the user (Ctrl-C)"
+            st.outcome, st.reason = "interrupted", "interrupted by the user (Ctrl-C)"
         finally:
             if self.proc.poll() is None or any(alive(p) for p in self.known.values()):
                 steps = self.stop()
-            child_rc = self.proc.poll() if child_rc is None else child_rc
+            st.child_rc = self.proc.poll() if st.child_rc is None else st.child_rc
             self._join_readers(2.0)
             if bundle_path is None:
-                if outcome in ("exited", "ready") and not o.always_bundle:
+                if st.outcome in ("exited", "ready", "stopped") and not o.always_bundle:
                     self.discard_bundle()
                 else:
-                    bundle_path, res = self._bundle(reason or outcome, kind or outcome, live=False)
+                    bundle_path, res = self._bundle(st.reason or st.outcome,
+                                                    st.kind or st.outcome, live=False)
             self.cleanup()
-        if frozen is not None:
-            tl, cur = frozen, frozen_cur
-        else:
-            with self.lock:
-                tl = [{"phase": ph, "t": round(t, 3), "stream": s}
-                      for ph, t, s in self.tracker.timeline]
-                cur = self.tracker.current
-        if outcome == "ready":
-            code = 0
-        elif outcome == "exited":
-            code = child_rc or 0
-        elif outcome == "interrupted":
-            code = 130
-        elif outcome == "crashed" and kind == "exit":
-            code = child_rc if child_rc else 1
-        else:
-            code = 1
+        tl, cur = frozen if frozen is not None else self._timeline()
         d2b = self.detect_to_bundle_s if bundle_path is not None else None
+        kv = self.kv_capacity() if st.outcome in ("ready", "exited", "crashed", "stalled") \
+            else None
         return LaunchResult(
-            exit_code=int(code), outcome=outcome, reason=reason, bundle=bundle_path, timeline=tl,
-            current_phase=cur, child_exit_code=child_rc, seconds=round(self.now(), 3),
-            detect_to_bundle_s=d2b, stop_steps=steps, verdict=res.verdict if res else [],
-            added_env=self.redactor.env(self.added), watchdog=self.watchdog_note,
-            self_cpu_s=_self_cpu(),
+            exit_code=st.exit_code(), outcome=st.outcome, reason=st.reason, bundle=bundle_path,
+            timeline=tl, current_phase=cur, child_exit_code=st.child_rc,
+            seconds=round(self.now(), 3), detect_to_bundle_s=d2b, stop_steps=steps,
+            verdict=res.verdict if res else [], added_env=self.redactor.env(self.added),
+            watchdog=self.watchdog_note, self_cpu_s=_self_cpu(), progress=self.progress_report(),
+            kv_capacity=kv, quiet_s=st.quiet_s,
+            detected_at=detected if st.outcome in ("stalled", "crashed") else None,
         )
-
 
 def _self_cpu() -> float | None:
     try:

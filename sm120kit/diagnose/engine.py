@@ -8,8 +8,10 @@ extraction, size caps, unsafe members skipped). Exit codes: 0 nothing wrong, 1 f
 
 from __future__ import annotations
 
+import os
 import re
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, BinaryIO
@@ -19,8 +21,10 @@ from sm120kit.diagnose.rules.base import BundleFacts, Finding, RuleContext, Stac
 from sm120kit.diagnose.rules.watchdog_desync import watchdog_by_rank
 from sm120kit.errors import ExitCode, UserError
 from sm120kit.evidence.bundle_reader import READ_ERRORS, BundleReader, looks_like_tar
+from sm120kit.evidence.kv import capacity as kv_capacity
 from sm120kit.evidence.logs.analyze import LogAnalysis
 from sm120kit.evidence.stacks import blocking_call
+from sm120kit.facts.kvcache import load_config
 
 
 @dataclass
@@ -36,6 +40,8 @@ class DiagnoseResult:
     notes: list[str] = field(default_factory=list)
     sources: list[dict[str, Any]] = field(default_factory=list)
     stalls: dict[str, Any] = field(default_factory=dict)
+    kv_capacity: dict[str, Any] | None = None
+    nccl_diag: dict[str, Any] | None = None
 
     @property
     def exit_code(self) -> int:
@@ -54,6 +60,8 @@ class DiagnoseResult:
             "stalls": self.stalls,
             "sources": self.sources,
             "notes": self.notes,
+            "kv_capacity": self.kv_capacity,
+            "nccl_diag": self.nccl_diag,
         }
 
 
@@ -212,8 +220,13 @@ def _feed(an: LogAnalysis, source: str, fh: IO[bytes], notes: list[str]) -> None
                      "read before")
 
 
-def diagnose(paths: list[Path | str]) -> DiagnoseResult:
-    """Analyse the inputs; raise ``UserError`` when nothing usable is in them."""
+def diagnose(paths: list[Path | str], *, config: str | Path | None = None,
+             environ: Mapping[str, str] | None = None) -> DiagnoseResult:
+    """Analyse the inputs; raise ``UserError`` when nothing usable is in them.
+
+    ``config``: the model's config.json (or its directory) for ``kv_capacity``; without it the
+    model the log names is looked up locally (model directory, HF cache), never downloaded."""
+    model_cfg = _model_config(config) if config is not None else None
     if not paths:
         raise UserError("nothing to diagnose", hint="sm120kit diagnose LOG|DIR|BUNDLE.tar.gz")
     an = LogAnalysis()
@@ -276,10 +289,23 @@ def diagnose(paths: list[Path | str]) -> DiagnoseResult:
         what = "is empty" if total == 0 else "has no vLLM, NCCL or torch log lines"
         raise UserError(f"{', '.join(str(x) for x in paths)} {what}",
                         hint="pass the full vLLM output (2>&1), per-rank logs or a bundle")
-    ctx = RuleContext(logs=an, bundle=facts)
+    kv = kv_capacity(an.kv, an.vs.config, os.environ if environ is None else environ,
+                     cfg=model_cfg)
+    ctx = RuleContext(logs=an, bundle=facts, kv=kv)
     findings = run_rules(ctx)
-    return _result([str(x) for x in paths], "bundle" if "bundle" in kinds else
-                   ("logs" if "logs" in kinds else "log"), an, facts, findings, notes)
+    res = _result([str(x) for x in paths], "bundle" if "bundle" in kinds else
+                  ("logs" if "logs" in kinds else "log"), an, facts, findings, notes)
+    res.kv_capacity = kv.to_dict() if kv is not None else None
+    res.nccl_diag = an.nccl_diag.to_dict() if an.nccl_diag.seen else None
+    return res
+
+
+def _model_config(path: str | Path) -> dict[str, Any]:
+    try:
+        return load_config(path)
+    except (OSError, ValueError) as exc:
+        raise UserError(f"cannot read model config {path}: {exc}",
+                        hint="pass the model's config.json or its directory") from None
 
 
 def _feed_tails(an: LogAnalysis, br: BundleReader) -> None:

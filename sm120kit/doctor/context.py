@@ -48,10 +48,11 @@ class DoctorContext:
 
     @property
     def dcp(self) -> int | None:
-        """Planned DCP size: ``--dcp N`` wins over the launch argv; ``None`` = not planned."""
-        if self._dcp is not None:
-            return self._dcp
-        return self.launch.dcp if self.launch is not None else None
+        """Planned DCP size: the launch's (``--dcp N`` already applied to it by
+        ``ServeArgs.override``), else ``--dcp N`` alone; ``None`` = not planned."""
+        if self.launch is not None:
+            return self.launch.serve.dcp
+        return self._dcp
 
     def cached(self, key: str, fn: Callable[[], T]) -> T:
         with self._guard:
@@ -88,6 +89,10 @@ class DoctorContext:
     def nvml(self) -> Any:
         return self.cached("nvml", lambda: nvml.snapshot(self.nvml_timeout, seam=self.nvml_seam,
                                                          environ=self.environ))
+
+    def has(self, key: str) -> bool:
+        with self._guard:
+            return key in self._cache
 
     def peek(self, key: str) -> Any:
         """A fact already read (e.g. the NVML snapshot), else ``None``; never reads it."""

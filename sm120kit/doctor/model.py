@@ -71,6 +71,7 @@ class DoctorReport:
     tiers: list[int] = field(default_factory=lambda: [0, 1])
     options: dict[str, Any] = field(default_factory=dict)
     duration_s: float = 0.0
+    kv_capacity: dict[str, Any] | None = None  # from --log: KV numbers + effective DCP
 
     @property
     def counts(self) -> dict[str, int]:
@@ -108,4 +109,5 @@ class DoctorReport:
         return {"schema": SCHEMA, "exit_code": self.exit_code, "counts": self.counts,
                 "tiers": list(self.tiers), "options": to_jsonable(self.options),
                 "duration_s": round(self.duration_s, 4),
-                "checks": [c.to_dict() for c in self.sorted_checks()]}
+                "checks": [c.to_dict() for c in self.sorted_checks()],
+                **({"kv_capacity": self.kv_capacity} if self.kv_capacity is not None else {})}

@@ -27,6 +27,8 @@ CHECK_MODULES = (
     "sm120kit.doctor.checks.nccl",
     "sm120kit.doctor.checks.gpu",
     "sm120kit.doctor.checks.launch",
+    "sm120kit.doctor.checks.capacity",
+    "sm120kit.doctor.checks.traps",
     "sm120kit.doctor.checks.deep",
     "sm120kit.doctor.checks.layout",
 )

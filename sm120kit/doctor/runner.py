@@ -10,8 +10,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from sm120kit.doctor.context import DoctorContext
-from sm120kit.doctor.launch import build_plan
 from sm120kit.doctor.model import CheckResult, DoctorReport, Outcome
+from sm120kit.doctor.plan import PlanFlags, log_capacity, make_plan
 from sm120kit.doctor.registry import Check, all_checks
 from sm120kit.errors import UserError
 
@@ -23,6 +23,8 @@ def run_one(chk: Check, ctx: DoctorContext, timeout: float | None = None) -> Che
     if chk.kind == "launch" and ctx.launch is None:
         return CheckResult(chk.id, chk.area, chk.tier, "skip", "needs a launch config (pass "
                            "`-- vllm serve MODEL ...` or --config FILE)")
+    if chk.kind == "log" and not ctx.has("log_kv_capacity"):
+        return CheckResult(chk.id, chk.area, chk.tier, "skip", "needs a vLLM log (--log FILE)")
     box: list[Outcome | BaseException] = []
 
     def work() -> None:
@@ -54,7 +56,7 @@ def run_one(chk: Check, ctx: DoctorContext, timeout: float | None = None) -> Che
 
 
 def select(checks: Iterable[Check], *, tiers: Sequence[int], launch: bool, layout: bool,
-           only: Sequence[str] | None) -> list[Check]:
+           only: Sequence[str] | None, log: bool = False) -> list[Check]:
     pool = list(checks)
     if only:
         chosen: list[Check] = []
@@ -77,6 +79,8 @@ def select(checks: Iterable[Check], *, tiers: Sequence[int], launch: bool, layou
             continue
         if c.kind == "layout" and not layout:
             continue
+        if c.kind == "log" and not log:
+            continue
         out.append(c)
     return out
 
@@ -88,6 +92,9 @@ def run_doctor(
     config_path: str | None = None,
     dcp_planned: int | None = None,
     tp_planned: int | None = None,
+    max_model_len: int | None = None,
+    gpu_mem_gib: float | None = None,
+    log_path: str | None = None,
     layout: bool = False,
     only: Sequence[str] | None = None,
     root: str = "/",
@@ -100,35 +107,34 @@ def run_doctor(
 ) -> DoctorReport:
     """Run doctor's checks and return the report (never raises for a broken check).
 
-    Raises ``UserError`` only for bad input: unknown ``--only`` id, unreadable ``--config``,
-    malformed launch arguments.
+    ``--tp/--dcp/--max-model-len`` without a launch line build a launch plan of their own, so
+    the launch checks (and the capacity planner, with a config) run on the flags alone.
+    Raises ``UserError`` only for bad input: unknown ``--only`` id, unreadable ``--config`` or
+    ``--log``, malformed launch arguments, sizes below 1.
     """
     t0 = time.perf_counter()
     env = dict(os.environ) if environ is None else environ
-    plan = build_plan(launch_argv, config_path, env)
-    if dcp_planned is not None and dcp_planned < 1:
-        raise UserError(f"--dcp must be >= 1, got {dcp_planned}")
-    if tp_planned is not None and tp_planned < 1:
-        raise UserError(f"--tp must be >= 1, got {tp_planned}")
-    if plan is not None:
-        if tp_planned is not None:
-            plan.tp = tp_planned
-            plan.given.add("tp")
-        if dcp_planned is not None:
-            plan.dcp = dcp_planned
-            if "tp" not in plan.given and plan.tp < dcp_planned:
-                plan.tp = dcp_planned
-                plan.notes.append(f"TP not given: assumed TP = DCP = {dcp_planned}")
+    flags = PlanFlags(tp=tp_planned, dcp=dcp_planned, max_model_len=max_model_len,
+                      gpu_mem_gib=gpu_mem_gib)
+    plan = make_plan(launch_argv, config_path, flags, env)
     ctx = DoctorContext(root=root, environ=env, paths=paths, launch=plan, dcp_planned=dcp_planned,
                   series_root=series_root, nvml_seam=nvml_seam, nvml_timeout=nvml_timeout)
-    chosen = select(all_checks(), tiers=tiers, launch=plan is not None, layout=layout, only=only)
+    if gpu_mem_gib is not None:
+        ctx.preset("gpu_mem_gib", gpu_mem_gib)
+    kv_cap = log_capacity(log_path, plan, env) if log_path else None
+    if log_path:
+        ctx.preset("log_kv_capacity", kv_cap)
+    chosen = select(all_checks(), tiers=tiers, launch=plan is not None, layout=layout, only=only,
+                    log=log_path is not None)
     if any(c.tier >= 1 for c in chosen):
         # one NVML read up front: tier-0 checks that can use it (kernel arch dir, visible GPUs'
         # bus ids) then see the real GPUs; it is bounded by nvml_timeout and never raises
         ctx.nvml()
     results = [run_one(c, ctx, timeout) for c in chosen]
     opts = {"launch_argv": launch_argv, "config_path": config_path, "dcp_planned": ctx.dcp,
-            "tp_planned": plan.tp if plan is not None else tp_planned,
+            "tp_planned": plan.serve.tp if plan is not None else tp_planned,
+            "max_model_len": max_model_len, "gpu_mem_gib": gpu_mem_gib, "log": log_path,
             "layout": layout, "only": list(only) if only else None, "root": root}
     return DoctorReport(checks=results, tiers=sorted(set(tiers)), options=opts,
-                        duration_s=time.perf_counter() - t0)
+                        duration_s=time.perf_counter() - t0,
+                        kv_capacity=kv_cap.to_dict() if kv_cap is not None else None)

@@ -57,6 +57,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     n = torch.cuda.device_count()
     out["gpus"] = n
+    try:
+        v = torch.cuda.nccl.version()
+        out["nccl_version"] = ".".join(str(x) for x in v) if isinstance(v, tuple) else str(v)
+    except Exception as exc:  # a torch without NCCL
+        out["nccl_version"] = None
+        out["nccl_version_error"] = str(exc)[:200]
     out["names"] = [torch.cuda.get_device_name(i) for i in range(n)]
     for i in range(n):
         for j in range(n):

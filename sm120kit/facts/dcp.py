@@ -21,6 +21,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from sm120kit.facts.serve_args import ServeArgs
+
 #: upstream ``run_mixed_prefill_decode_warmup``'s ``decode_prompt_len`` (every release 0.24-0.34)
 UPSTREAM_DECODE_PROMPT_LEN = 2
 
@@ -281,4 +283,19 @@ def plan_warmup(
         fixed=fixed,
         unpatched=unpatched,
         notes=notes,
+    )
+
+
+def plan_for(serve: ServeArgs, vllm_version: str | None = None) -> WarmupPlan:
+    """:func:`plan_warmup` for a launch line (after :meth:`ServeArgs.override` applied our
+    command's options): DCP, effective block size, interleave, speculative tokens and the
+    clamps, all read from the one ``vllm serve`` model."""
+    return plan_warmup(
+        serve.dcp,
+        serve.effective_block_size,
+        interleave=serve.interleave_for(vllm_version),
+        mtp=max(0, serve.num_speculative_tokens),
+        max_num_seqs=serve.max_num_seqs,
+        max_model_len=serve.max_model_len,
+        max_num_batched_tokens=serve.max_num_batched_tokens,
     )

@@ -323,6 +323,12 @@ def apply_to_checkout(
         if plan.port_allowed:
             return _port(series, repo, alias, base, plan.into, from_alias, dry_run)
         assert wa.failure is not None
+        if port is not False and wa.failure.reason == "missing-preimage" and plan.target.release:
+            # the alias names the release the preimages come from: port from it, no --from needed
+            ported = _port(series, repo, alias, plan.base_commit, plan.into, alias, dry_run)
+            ported.note = (f"git am -3 lacks the preimage blobs of vllm {plan.target.release}: "
+                           f"ported from that release (as with --from {alias})")
+            return ported
         raise ApplyFailed(
             f"{wa.failure.message()}; nothing was changed",
             _failure_hint(plan.target, wa.failure),

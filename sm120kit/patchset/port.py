@@ -11,7 +11,9 @@ so :func:`port_series` reconstructs what ``-3`` would have used from the PyPI re
    in a scratch repository (``git am -3``), keeping the state after every patch;
 3. for every patch, for every file it touches, ``git merge-file`` with base = the release file
    before the patch, ours = the fork's file (as ported so far), theirs = the release file after
-   the patch;
+   the patch; where that conflicts, the definition-level merge of
+   :mod:`sm120kit.patchset.defmerge` (definitions matched by qualified name, each side's
+   changes kept, a definition both sides changed line-merged alone, imports merged as sets);
 4. clean everywhere, every touched ``.py`` compiles and every applied-marker is present → write
    one commit per patch (same author, subject and message) with plumbing (``hash-object``,
    a private index, ``commit-tree``) and create the result branch with ``update-ref``. HEAD, the
@@ -34,14 +36,8 @@ from typing import Any, Literal
 
 from sm120kit.errors import ExitCode, UserError
 from sm120kit.facts.series import Series, Target, Variant, load_series
-from sm120kit.gitrun import (
-    AM_CONFIG,
-    read_blobs,
-    rev_parse,
-    run_git,
-    run_git_bytes,
-    tree_modes,
-)
+from sm120kit.gitrun import AM_CONFIG, read_blobs, rev_parse, run_git, run_git_bytes, tree_modes
+from sm120kit.patchset.defmerge import MergeOutcome, fork_only_missing, merge_file
 from sm120kit.patchset.release import find_cached_wheel, release_tree
 from sm120kit.paths import cache_dir
 
@@ -243,26 +239,11 @@ class Conflict:
     ours: str  # the fork's side
     base: str  # the release preimage
     theirs: str  # the release with the patch
+    definition: str | None = None  # the definition (``Class.method``) when merged by definition
+    reason: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
-
-
-def _merge(ours: bytes, base: bytes, theirs: bytes, labels: tuple[str, str, str]) -> tuple[bytes, int]:
-    """``git merge-file -p --diff3``: (merged bytes, number of conflicts)."""
-    with tempfile.TemporaryDirectory(prefix="sm120kit-merge-") as tmp:
-        t = Path(tmp)
-        (t / "ours").write_bytes(ours)
-        (t / "base").write_bytes(base)
-        (t / "theirs").write_bytes(theirs)
-        proc = run_git_bytes(
-            ["merge-file", "-p", "--diff3", "-L", labels[0], "-L", labels[1], "-L",
-             labels[2], "ours", "base", "theirs"],
-            tmp, check=False, timeout=120, ceiling=True,
-        )
-    if proc.returncode < 0 or proc.returncode > 127:
-        raise UserError(f"git merge-file failed: {proc.stderr.decode('utf-8', 'replace')[:300]}")
-    return proc.stdout, proc.returncode
 
 
 def _conflict_regions(merged: str) -> list[tuple[int, str, str, str]]:
@@ -352,6 +333,8 @@ class PortResult:
     report: Path | None = None
     note: str = ""
     files: dict[str, bytes | None] = field(default_factory=dict, repr=False)
+    #: ``patch: file`` pairs the line merge could not do and the definition-level merge did
+    by_definition: list[str] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
@@ -377,6 +360,7 @@ class PortResult:
             "commits": self.commits,
             "conflicts": [c.to_dict() for c in self.conflicts],
             "problems": self.problems,
+            "merged_by_definition": self.by_definition,
             "report": str(self.report) if self.report else None,
             "note": self.note or None,
         }
@@ -396,13 +380,15 @@ class PortResult:
             console.print(t)
         if self.conflicts:
             t = Table(title="conflicts", title_justify="left")
-            for col in ("patch", "file", "line", "hunk"):
+            for col in ("patch", "file", "definition", "line", "hunk"):
                 t.add_column(col)
             for k in self.conflicts:
-                t.add_row(k.patch, k.file, str(k.line), k.hunk or "?")
+                t.add_row(k.patch, k.file, k.definition or "-", str(k.line), k.hunk or "?")
             console.print(t)
         for p in self.problems:
             console.print(f"[red]problem[/red]: {p}")
+        for m in self.by_definition:
+            console.print(f"merged by definition (the line merge conflicted): {m}")
         if self.note:
             console.print(self.note)
         if self.status == "ported":
@@ -433,7 +419,8 @@ def _write_report(result: PortResult, report_dir: Path | None) -> Path:
             "",
             f"- patch subject: {c.subject}",
             f"- hunk: `{c.hunk or 'unknown'}`",
-            f"- line {c.line} of the merged file",
+            *([f"- definition: `{c.definition}` ({c.reason}); line {c.line} of the fork's file"]
+              if c.definition else [f"- line {c.line} of the merged file"]),
             "",
             "### target (fork) side",
             "```python",
@@ -520,8 +507,13 @@ def port_series(
     report_dir: Path | None = None,
     dry_run: bool = False,
     create_branch: bool = True,
+    merge: Callable[..., MergeOutcome] = merge_file,
 ) -> PortResult:
-    """3-way port the series onto ``base`` in ``repo`` (see the module docstring)."""
+    """3-way port the series onto ``base`` in ``repo`` (see the module docstring).
+
+    ``merge`` merges one file (``merge_file``'s signature): the line merge, then the
+    definition-level merge where that conflicts; the drift benchmark passes the alternatives.
+    """
     repo = Path(repo)
     series = series or load_series()
     target = series.targets.get(alias)
@@ -547,20 +539,35 @@ def port_series(
     fork = ours_at(files)
 
     result = PortResult("ported", alias, repo, base_sha, into, src, cands)
-    if _markers_in(variant, fork, "applied", ours_at):
+    # already there?
+    def markers_in(content: dict[str, bytes | None], kind: str) -> bool:
+        ok = True
+        for p in variant.patches:
+            ms = p.applied_markers if kind == "applied" else p.upstream_markers
+            if not ms:
+                return False
+            for m in ms:
+                data = content.get(m.file)
+                if data is None and m.file not in content:
+                    data = ours_at([m.file])[m.file]
+                if data is None or m.text not in data.decode("utf-8", "replace"):
+                    ok = False
+        return ok
+
+    if markers_in(fork, "applied"):
         result.status = "already-applied"
         return result
-    if _markers_in(variant, fork, "upstream", ours_at):
+    if markers_in(fork, "upstream"):
         result.status = "not-needed"
         return result
 
     release_files = _release_file_map(src.release, files)
     steps = series_steps(release_files, variant)
     labels = (f"target {base_sha[:12]}", f"vllm {src.release}", f"vllm {src.release} + {variant.name}")
-    cur, per_patch = _merge_steps(variant, steps, release_files, fork, ours_at, labels,
-                                  result.conflicts)
+    cur, per_patch = _merge_steps(result, variant, steps, release_files, fork, ours_at, labels,
+                                  merge)
     if not result.conflicts:
-        result.problems += _merged_problems(variant, cur, files)
+        result.problems += _result_problems(variant, files, release_files, fork, cur)
     result.files = {p: cur.get(p) for p in files}
     if result.conflicts or result.problems:
         result.status = "conflict"
@@ -578,86 +585,86 @@ def port_series(
     return result
 
 
-def _markers_in(variant: Variant, content: dict[str, bytes | None],
-                kind: Literal["applied", "upstream"],
-                ours_at: Callable[[list[str]], dict[str, bytes | None]]) -> bool:
-    """Every patch of ``variant`` has its ``kind`` markers in ``content`` (read more on demand)."""
-    ok = True
+def _result_problems(variant: Variant, files: list[str], release: dict[str, bytes | None],
+                     fork: dict[str, bytes | None], cur: dict[str, bytes | None]) -> list[str]:
+    """Checked on the merged files: they compile, carry every applied marker of the series and
+    keep every definition the fork added."""
+    out = _compile_problems({p: cur.get(p) for p in files})
     for p in variant.patches:
-        ms = p.applied_markers if kind == "applied" else p.upstream_markers
-        if not ms:
-            return False
-        for m in ms:
-            data = content.get(m.file)
-            if data is None and m.file not in content:
-                data = ours_at([m.file])[m.file]
+        for m in p.applied_markers:
+            data = cur.get(m.file)
             if data is None or m.text not in data.decode("utf-8", "replace"):
-                ok = False
-    return ok
-
-
-def _merge_one(variant: Variant, step: PatchStep, path: str, mine: bytes | None,
-               before: bytes | None, after: bytes | None, labels: tuple[str, str, str],
-               conflicts: list[Conflict]) -> bytes | None | Literal[False]:
-    """One file of one patch step, 3-way: the new content, or False (conflicts appended)."""
-    if mine == before:
-        return after
-    if mine == after:
-        return mine
-    if mine is None or before is None or after is None:
-        conflicts.append(Conflict(
-            step.file, step.subject, path, len(conflicts) + 1, 0, None,
-            "(missing)" if mine is None else "(present)",
-            "(missing)" if before is None else "(present)",
-            "(deleted)" if after is None else "(created)"))
-        return False
-    merged, n = _merge(mine, before, after, labels)
-    if not n:
-        return merged
-    text = merged.decode("utf-8", "replace")
-    base_text = before.decode("utf-8", "replace")
-    for line, o, b, t in _conflict_regions(text):
-        conflicts.append(Conflict(
-            step.file, step.subject, path, len(conflicts) + 1, line,
-            _hunk_for(variant, step.file, path, b, base_text), o, b, t))
-    return False
+                out.append(f"{p.file}: applied-marker {m.text!r} missing from {m.file} after merging")
+    for f in files:
+        for name in fork_only_missing(release.get(f), fork.get(f), cur.get(f)):
+            out.append(f"{f}: the fork's definition {name} is missing after merging")
+    return out
 
 
 def _merge_steps(
-    variant: Variant, steps: list[PatchStep], release_files: dict[str, bytes | None],
-    fork: dict[str, bytes | None], ours_at: Callable[[list[str]], dict[str, bytes | None]],
-    labels: tuple[str, str, str], conflicts: list[Conflict],
+    result: PortResult,
+    variant: Variant,
+    steps: list[PatchStep],
+    release_files: dict[str, bytes | None],
+    fork: dict[str, bytes | None],
+    ours_at: Callable[[list[str]], dict[str, bytes | None]],
+    labels: tuple[str, str, str],
+    merge: Callable[..., MergeOutcome],
 ) -> tuple[dict[str, bytes | None], list[dict[str, bytes | None]]]:
-    """Replay each patch step onto the fork's files: (final files, files changed per step)."""
+    """Merge every patch into the fork's files, file by file: (files at the end, per-patch
+    changes); conflicts and problems go into ``result``."""
     prev = dict(release_files)
     cur: dict[str, bytes | None] = dict(fork)
     per_patch: list[dict[str, bytes | None]] = []
-    for step in steps:
+    for n, step in enumerate(steps):
         changed: dict[str, bytes | None] = {}
         for path, after in step.after.items():
             before = prev.get(path)
             if before == after:
                 continue
             mine = cur[path] if path in cur else ours_at([path])[path]
-            new = _merge_one(variant, step, path, mine, before, after, labels, conflicts)
-            if new is not False:
-                changed[path] = new
+            if mine == before or mine == after:
+                changed[path] = after if mine == before else mine
+                continue
+            if mine is None or before is None or after is None:
+                result.conflicts.append(Conflict(
+                    step.file, step.subject, path, len(result.conflicts) + 1, 0, None,
+                    "(missing)" if mine is None else "(present)",
+                    "(missing)" if before is None else "(present)",
+                    "(deleted)" if after is None else "(created)"))
+                continue
+            markers = [m.text for p in variant.patches[: n + 1] for m in p.applied_markers
+                       if m.file == path]
+            out = merge(mine, before, after, path=path, labels=labels, markers=markers)
+            if out.merged is None:
+                _record_conflicts(result, variant, step, path, out, before)
+                continue
+            if out.method == "definition":
+                result.by_definition.append(f"{step.file}: {path}")
+            changed[path] = out.merged
         cur.update(changed)
         per_patch.append(changed)
         prev = dict(step.after)
     return cur, per_patch
 
 
-def _merged_problems(variant: Variant, cur: dict[str, bytes | None], files: list[str]) -> list[str]:
-    """Compile errors in the merged files and applied-markers the merge lost."""
-    problems = _compile_problems({p: cur.get(p) for p in files})
-    for p in variant.patches:
-        for m in p.applied_markers:
-            data = cur.get(m.file)
-            if data is None or m.text not in data.decode("utf-8", "replace"):
-                problems.append(
-                    f"{p.file}: applied-marker {m.text!r} missing from {m.file} after merging")
-    return problems
+def _record_conflicts(result: PortResult, variant: Variant, step: PatchStep, path: str,
+                      out: MergeOutcome, before: bytes) -> None:
+    base_text = before.decode("utf-8", "replace")
+    for d in out.conflicts:
+        result.conflicts.append(Conflict(
+            step.file, step.subject, path, len(result.conflicts) + 1, d.line,
+            _hunk_for(variant, step.file, path, d.base, base_text), d.ours, d.base, d.theirs,
+            d.definition, d.reason))
+    if not out.conflicts:
+        for line, o, b, t in _conflict_regions(out.line_merged):
+            result.conflicts.append(Conflict(
+                step.file, step.subject, path, len(result.conflicts) + 1, line,
+                _hunk_for(variant, step.file, path, b, base_text), o, b, t))
+    for p in out.problems:
+        result.problems.append(f"{step.file}: {p}")
+    if not out.conflicts and not out.problems and not out.line_merged:
+        result.problems.append(f"{step.file}: {path} could not be merged")
 
 
 def _commit_steps(repo: Path, base_sha: str, steps: list[PatchStep],

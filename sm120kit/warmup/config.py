@@ -10,6 +10,7 @@ from typing import Any
 
 from sm120kit.errors import UserError
 from sm120kit.facts import dcp as P
+from sm120kit.facts.serve_args import ServeArgs
 
 PHASES: tuple[str, ...] = ("init", "kv-build", "convert", "attend", "merge")
 #: the collective each phase runs (what ``--inject-stall RANK:PHASE`` stops a rank in front of)
@@ -212,6 +213,21 @@ class RunConfig:
     def to_json(self) -> str:
         d = asdict(self)
         return json.dumps(d)
+
+    @classmethod
+    def from_serve(cls, serve: ServeArgs, **run: Any) -> RunConfig:
+        """The run's decode shape read from the one ``vllm serve`` model (``serve`` already has
+        our command's ``--dcp``/``--interleave``/... applied by ``ServeArgs.override``); ``run``
+        holds the options only a warmup run has (backend, device, heads, ...)."""
+        return cls(
+            dcp=serve.dcp,
+            interleave=serve.interleave,
+            block_size=serve.effective_block_size,
+            mtp=max(0, serve.num_speculative_tokens),
+            max_model_len=serve.max_model_len,
+            max_num_batched_tokens=serve.max_num_batched_tokens,
+            **run,
+        )
 
     @classmethod
     def from_json(cls, text: str) -> RunConfig:

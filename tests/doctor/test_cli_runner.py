@@ -145,10 +145,13 @@ def test_deep_smoke_skips_without_cuda() -> None:
     assert c.status == "skip" and "no CUDA device" in c.summary
 
 
-def test_every_check_runs_here_without_error() -> None:
-    """All tiers, --layout and a launch on this real machine: no check may end in `error`
-    (a crash or a timeout in a reader); skips and findings are fine."""
-    rep = run_doctor(tiers=(0, 1, 2), layout=True,
+def test_every_check_runs_here_without_error(tmp_path: Path) -> None:
+    """All tiers, --layout, a launch and a --log on this real machine: no check may end in
+    `error` (a crash or a timeout in a reader); skips and findings are fine."""
+    log = tmp_path / "serve.log"
+    log.write_text("INFO 09-06 20:23:33 [kv_cache_utils.py:2312] GPU KV cache size: 23,296 "
+                   "tokens, Maximum concurrency for 4,096 tokens per request: 5.69x\n")
+    rep = run_doctor(tiers=(0, 1, 2), layout=True, log_path=str(log),
                      launch_argv=["vllm", "serve", "zai-org/GLM-5", "-tp", "8", "-dcp", "8"])
     ids = {c.id for c in rep.checks}
     assert {c.id for c in registry.all_checks()} <= ids

@@ -206,10 +206,11 @@ def test_later_patch_conflict_is_named(
     git(checkout, "commit", "-qam", "local change in the patched context")
     git(checkout, "tag", "-f", "v0.34.0")
     _assert_refused(
-        capsys, checkout, ["--branch", ALIAS, "--repo", str(checkout)],
+        capsys, checkout, ["--branch", ALIAS, "--repo", str(checkout), "--no-port"],
         "0002-sm120-pass-per-token-valid-counts.patch", SM120, "hunk #1 (@@ -244,7 +244,7 @@",
         "nothing was changed",
     )
+    _assert_fallback_conflicts(capsys, checkout, "0002-sm120-pass-per-token-valid-counts.patch")
 
 
 def test_missing_preimage_blobs_are_reported(
@@ -227,8 +228,21 @@ def test_missing_preimage_blobs_are_reported(
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "fork")
     git(repo, "tag", "v0.34.0")
-    _assert_refused(capsys, repo, ["--branch", ALIAS, "--repo", str(repo)],
+    _assert_refused(capsys, repo, ["--branch", ALIAS, "--repo", str(repo), "--no-port"],
                     "0002-sm120-pass-per-token-valid-counts.patch", "preimage", SM120, "hunk #1")
+    _assert_fallback_conflicts(capsys, repo, "0002-sm120-pass-per-token-valid-counts.patch")
+
+
+def _assert_fallback_conflicts(capsys: pytest.CaptureFixture[str], repo: Path, patch: str) -> None:
+    """Without --no-port, a missing preimage hands over to the 3-way port from the alias'
+    release (no --from needed); the fork's edit of a patched line still conflicts there, the
+    report names the patch and the definition, and nothing is changed."""
+    before = state_fingerprint(repo)
+    rc, doc = _json(capsys, "--branch", ALIAS, "--repo", str(repo))
+    assert rc == 2 and doc.get("mode") == "port" and doc["status"] == "conflict", doc
+    assert "lacks the preimage blobs of vllm" in doc["note"]
+    assert any(c["patch"] == patch and c["file"] == SM120 for c in doc["conflicts"]), doc
+    assert state_fingerprint(repo) == before
 
 
 def test_tampered_patch_is_refused(

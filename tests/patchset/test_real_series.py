@@ -103,9 +103,16 @@ def test_wrong_variant_conflicts_in_status_and_apply(
     for p in bad:
         assert re.fullmatch(r"vllm/\S+\.py: hunk #\d+ \(@@ -\d+,\d+ \+\d+,\d+ @@.*\)", p["detail"]), p
     before = state_fingerprint(repo)
-    rc = run(["apply", "--branch", "vllm-0.34.0", "--repo", str(repo)])
+    rc = run(["apply", "--branch", "vllm-0.34.0", "--repo", str(repo), "--no-port"])
     _, err = capsys.readouterr()
     assert rc == 2 and "nothing was changed" in err and ".patch" in err and "hunk #" in err, err
+    assert state_fingerprint(repo) == before
+    # without --no-port the missing preimages hand over to a port from release 0.34.0, which
+    # conflicts in the definitions 0.30.0 really has differently; still nothing is changed
+    rc, doc = _cli(capsys, "apply", "--branch", "vllm-0.34.0", "--repo", str(repo))
+    assert rc == 2 and doc["mode"] == "port" and doc["status"] == "conflict", doc
+    assert "lacks the preimage blobs of vllm 0.34.0" in doc["note"]
+    assert "FlashInferMLASparseSM120Impl.forward_mqa" in {c["definition"] for c in doc["conflicts"]}
     assert state_fingerprint(repo) == before
 
 

@@ -144,7 +144,7 @@ def test_parse_serve_args_full_line() -> None:
     assert (sa.max_num_seqs, sa.max_model_len, sa.max_num_batched_tokens) == (16, 128_000, 8192)
     assert sa.num_speculative_tokens == 3
     assert sa.kv_cache_dtype == "fp8_ds_mla"
-    assert sa.unknown == ["--trust-remote-code", "--gpu-memory-utilization", "0.9"]
+    assert sa.unknown == [] and sa.trust_remote_code and sa.gpu_memory_utilization == 0.9
 
 
 def test_parse_serve_args_variants() -> None:

@@ -14,11 +14,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sm120kit.evidence.logs.analyze import Evidence, LogAnalysis, Proc
+from sm120kit.facts.kvcache import KvCapacity
 
 CATEGORIES: tuple[str, ...] = (
     "rank-crashed", "collective-desync", "p2p-transport", "shared-memory", "library-version",
     "interposer", "dcp-warmup", "dcp-unsupported", "kernel-hang", "out-of-memory",
-    "timeout-too-short", "config-invalid", "unknown",
+    "timeout-too-short", "config-invalid", "dcp-not-engaged", "unknown",
 )
 # evidence tiers → the highest confidence a finding resting on them may claim
 TIER_CAP: dict[str, float] = {
@@ -72,6 +73,7 @@ class BundleFacts:
 class RuleContext:
     logs: LogAnalysis
     bundle: BundleFacts | None = None
+    kv: KvCapacity | None = None  # KV numbers + effective DCP (sm120kit.evidence.kv)
 
     @property
     def config(self) -> dict[str, Any]:

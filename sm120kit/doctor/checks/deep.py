@@ -12,6 +12,7 @@ from typing import Any
 from sm120kit.doctor.context import DoctorContext
 from sm120kit.doctor.model import Outcome, fail, ok, skip, warn
 from sm120kit.doctor.registry import check
+from sm120kit.evidence.logs.nccl_diag import NcclDiag
 from sm120kit.facts import host, kernlog
 from sm120kit.facts.packages import package_dir
 
@@ -95,8 +96,11 @@ def p2p_smoke(ctx: DoctorContext) -> Outcome:
         return skip("torch is not installed (the smoke test needs torch with CUDA)")
     limit = ctx.deep_timeout
     cmd = [sys.executable, "-m", "sm120kit.doctor.smoke", "--timeout", str(limit / 2)]
+    env = dict(ctx.environ)
+    # NCCL >= 2.31 checks every GPU pair itself at communicator init ('NCCL DIAG' report)
+    env.setdefault("NCCL_RUN_DIAGNOSTICS", "1")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, env=dict(ctx.environ))
+                            start_new_session=True, env=env)
     try:
         out, err = proc.communicate(timeout=limit)
     except subprocess.TimeoutExpired:
@@ -109,17 +113,40 @@ def p2p_smoke(ctx: DoctorContext) -> Outcome:
                     "check IOMMU (iommu=pt), ACS (doctor --deep as root), uvm_disable_hmm; "
                     "workaround NCCL_P2P_DISABLE=1 --disable-custom-all-reduce", timeout_s=limit)
     line = (out or "").strip().splitlines()[-1:] or [""]
+    diag = NcclDiag()
+    for ln in (out or "").splitlines() + (err or "").splitlines():
+        diag.feed(ln)
     try:
         res = json.loads(line[0])
     except ValueError:
         return fail(f"smoke test crashed (exit {proc.returncode})", "run "
                     "`python -m sm120kit.doctor.smoke` to see the error",
                     stderr_tail=(err or "")[-1500:], rc=proc.returncode)
+    res["nccl_diag"] = diag.to_dict() if diag.seen else None
+    res["nccl_run_diagnostics"] = env["NCCL_RUN_DIAGNOSTICS"]
     if res["status"] == "skip":
         return skip(res.get("reason") or "skipped", **res)
+    if diag.p2p_failed:
+        return fail(diag.summary(), "NCCL_P2P_DISABLE=1 (+ --disable-custom-all-reduce) until "
+                    "IOMMU/ACS are fixed for real P2P", **res)
     if res["status"] == "fail":
         return fail(res.get("reason") or "smoke test failed", "NCCL_P2P_DISABLE=1 as a "
                     "workaround; fix IOMMU/ACS for real P2P", **res)
     ar = res.get("all_reduce") or {}
+    nv = str(res.get("nccl_version") or "?")
+    if diag.seen:
+        own = f"; {diag.summary()}"
+    elif _version(nv) >= (2, 31):
+        own = f"; NCCL {nv} printed no NCCL DIAG report"
+    else:
+        own = (f"; NCCL {nv} predates NCCL's own P2P diagnostics (2.31+: pip install -U "
+               "nvidia-nccl-cu13 and point VLLM_NCCL_SO_PATH at it)")
     return ok(f"{res.get('gpus')} GPU(s): {len(res.get('pairs', []))} P2P copies OK; NCCL "
-              f"all-reduce {ar.get('status')}", **res)
+              f"all-reduce {ar.get('status')}{own}", **res)
+
+
+def _version(v: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in v.split(".")[:3])
+    except ValueError:
+        return ()

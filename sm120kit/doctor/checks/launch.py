@@ -9,12 +9,12 @@ from __future__ import annotations
 from typing import Any
 
 from sm120kit.doctor.context import DoctorContext
-from sm120kit.doctor.launch import LaunchPlan
 from sm120kit.doctor.model import Outcome, fail, ok, skip, warn
 from sm120kit.doctor.registry import check
-from sm120kit.facts.dcp import plan_warmup
+from sm120kit.facts.dcp import plan_for
 from sm120kit.facts.fp8ds import row_bytes
 from sm120kit.facts.packages import version_ge
+from sm120kit.facts.serve_args import ServeArgs
 
 SM120 = "FLASHINFER_MLA_SPARSE_SM120"
 DSV4 = "FLASHINFER_MLA_SPARSE_DSV4"
@@ -26,13 +26,15 @@ DECODE_MAX_TOKENS = 64
 NO_CONFIG = "model config.json not found locally; pass --config path/to/config.json"
 
 
-def _plan(ctx: DoctorContext) -> LaunchPlan:
+def _plan(ctx: DoctorContext) -> ServeArgs:
+    """The launch line (``--dcp``/``--tp`` of doctor already applied)."""
     assert ctx.launch is not None
-    return ctx.launch
+    return ctx.launch.serve
 
 
 def _cfg(ctx: DoctorContext) -> dict[str, Any] | None:
-    return _plan(ctx).hf_config
+    assert ctx.launch is not None
+    return ctx.launch.hf_config
 
 
 def is_dsv4(cfg: dict[str, Any] | None) -> bool:
@@ -40,30 +42,31 @@ def is_dsv4(cfg: dict[str, Any] | None) -> bool:
     return mt.startswith("deepseek_v4")
 
 
-def uses_sm120_backend(plan: LaunchPlan) -> bool:
+def uses_sm120_backend(plan: ServeArgs) -> bool:
     """The launch names the SM120 backend, or leaves the choice to vLLM (which picks it on SM12
     for sparse-MLA DSV3.2/GLM models with fp8 KV)."""
-    return plan.attention_backend in (None, SM120)
+    return plan.effective_attention_backend in (None, SM120)
 
 
 @check("launch.config", tier=0, title="Planned launch parsed")
 def config(ctx: DoctorContext) -> Outcome:
-    plan = ctx.launch
-    if plan is None:
+    if ctx.launch is None:
         return skip("no launch config given (pass `-- vllm serve MODEL ...` or --config FILE)")
+    plan, hf_config, source = ctx.launch.serve, ctx.launch.hf_config, ctx.launch.hf_config_source
     ev = {"model": plan.model, "tp": plan.tp, "pp": plan.pp, "dp": plan.dp, "dcp": plan.dcp,
           "pcp": plan.pcp, "interleave": plan.interleave, "block_size": plan.block_size,
-          "kv_cache_dtype": plan.kv_cache_dtype, "attention_backend": plan.attention_backend,
+          "kv_cache_dtype": plan.kv_cache_dtype,
+          "attention_backend": plan.effective_attention_backend,
           "max_num_seqs": plan.max_num_seqs, "speculative": plan.speculative_method,
           "num_speculative_tokens": plan.num_speculative_tokens,
-          "config_source": plan.hf_config_source, "unknown_options": plan.unknown,
+          "config_source": source, "unknown_options": plan.unknown,
           "notes": plan.notes}
     head = f"TP{plan.tp} DCP{plan.dcp} PP{plan.pp} model {plan.model or '?'}"
     if plan.notes:
         head += f" ({'; '.join(plan.notes)})"
-    if plan.hf_config is None:
+    if hf_config is None:
         return warn(f"{head}; {NO_CONFIG} (model checks skip)", None, **ev)
-    return ok(f"{head}; model config from {plan.hf_config_source}", **ev)
+    return ok(f"{head}; model config from {source}", **ev)
 
 
 @check("launch.tp_dcp", tier=0, title="tp % dcp == 0 (PCP rules)", kind="launch")
@@ -191,7 +194,7 @@ def kv_row_bytes(ctx: DoctorContext) -> Outcome:
 def kv_cache_dtype(ctx: DoctorContext) -> Outcome:
     p = _plan(ctx)
     d = p.kv_cache_dtype or "auto"
-    ev = {"kv_cache_dtype": d, "dcp": p.dcp, "attention_backend": p.attention_backend}
+    ev = {"kv_cache_dtype": d, "dcp": p.dcp, "attention_backend": p.effective_attention_backend}
     if not uses_sm120_backend(p) or is_dsv4(_cfg(ctx)):
         return skip("not the FLASHINFER_MLA_SPARSE_SM120 backend", **ev)
     if d == "nvfp4_ds_mla":
@@ -273,12 +276,11 @@ def dsv4_backend(ctx: DoctorContext) -> Outcome:
     if not is_dsv4(cfg):
         return ok(f"model_type {cfg.get('model_type')!r} is not DeepSeek-V4", model_type=cfg.get(
             "model_type"))
-    if p.attention_backend == SM120:
+    backend = p.effective_attention_backend
+    if backend == SM120:
         return fail(f"{SM120} is not a DeepSeek V4 attention backend",
-                    f"use --attention-backend {DSV4} (or leave it unset)",
-                    backend=p.attention_backend)
-    return ok(f"DeepSeek-V4 with backend {p.attention_backend or 'auto (DSV4 on SM12)'}",
-              backend=p.attention_backend)
+                    f"use --attention-backend {DSV4} (or leave it unset)", backend=backend)
+    return ok(f"DeepSeek-V4 with backend {backend or 'auto (DSV4 on SM12)'}", backend=backend)
 
 
 @check("launch.gpus_visible", tier=1, title="Visible GPUs >= TP x PP x DP", kind="launch")
@@ -310,11 +312,8 @@ def warmup_plan(ctx: DoctorContext) -> Outcome:
         return ok("DCP 1: the warmup decode is not split across ranks", dcp=p.dcp)
     vi = ctx.vllm()
     patched = bool(vi.installed and vi.series_applied)
-    bs = p.block_size if p.block_size is not None else PAGE
     try:
-        wp = plan_warmup(p.dcp, bs, interleave=p.interleave, mtp=max(0, p.num_speculative_tokens),
-                         max_num_seqs=p.max_num_seqs, max_model_len=p.max_model_len,
-                         max_num_batched_tokens=p.max_num_batched_tokens)
+        wp = plan_for(p)
     except ValueError as exc:
         return fail(f"warmup plan impossible: {exc}", "fix the block size / interleave", dcp=p.dcp)
     chosen = wp.fixed if patched else wp.unpatched

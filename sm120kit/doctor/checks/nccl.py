@@ -6,6 +6,7 @@ import os
 import re
 from typing import Any
 
+from sm120kit.doctor.checks.traps import sm120_pcie_no_nvlink
 from sm120kit.doctor.context import DoctorContext
 from sm120kit.doctor.model import Outcome, fail, ok, warn
 from sm120kit.doctor.registry import check
@@ -18,6 +19,11 @@ BAD_NCCL = [
     ((2, 26, 2), "NCCL 2.26.2: illegal memory access for collectives >= 512 KiB on 2x RTX PRO "
                  "6000 (NCCL #2418; fine with 2.31.2)"),
 ]
+
+
+def _sm120_pcie_box(ctx: DoctorContext) -> bool:
+    snap = ctx.peek("nvml")
+    return bool(snap is not None and snap.available and sm120_pcie_no_nvlink(snap)[0])
 
 
 @check("nccl.env", tier=0, title="NCCL environment variables that are known traps")
@@ -35,18 +41,18 @@ def nccl_env(ctx: DoctorContext) -> Outcome:
         elif not os.path.isfile(gf):
             fails.append(f"NCCL_GRAPH_FILE={gf} does not exist")
             fixes.append("point NCCL_GRAPH_FILE at an existing topology XML or unset it")
-        plan = ctx.launch
+        plan = ctx.launch.serve if ctx.launch else None
         if plan and plan.gpu_memory_utilization and plan.gpu_memory_utilization > 0.93:
             warns.append(f"NCCL_GRAPH_FILE with --gpu-memory-utilization "
                          f"{plan.gpu_memory_utilization} > 0.93: 'Failed to CUDA calloc'")
             fixes.append("lower --gpu-memory-utilization to <= 0.93")
     if env.get("NCCL_P2P_DISABLE") == "1":
-        plan = ctx.launch
+        plan = ctx.launch.serve if ctx.launch else None
         if plan is not None and plan.tp == 2 and not plan.disable_custom_all_reduce:
             warns.append("NCCL_P2P_DISABLE=1 without --disable-custom-all-reduce: custom "
                          "all-reduce still uses the broken P2P path")
             fixes.append("add --disable-custom-all-reduce")
-        else:
+        elif not _sm120_pcie_box(ctx):  # there it is the fix (nccl.p2p_pcie)
             warns.append("NCCL_P2P_DISABLE=1: P2P off (slower all-reduce; a workaround for "
                          "IOMMU/ACS hangs, fix those instead)")
     if env.get("NCCL_SHM_DISABLE") == "1":

@@ -13,6 +13,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from sm120kit.evidence.logs.nccl_diag import MARK as NCCL_DIAG_MARK
+from sm120kit.evidence.logs.nccl_diag import NcclDiag
 from sm120kit.evidence.logs.parsers import (
     Death,
     WatchdogRecord,
@@ -31,6 +33,7 @@ from sm120kit.evidence.logs.signals import match_signals
 from sm120kit.evidence.logs.stream import StreamStats, scan
 from sm120kit.evidence.logs.versions import VersionScan
 from sm120kit.evidence.phases import PhaseTracker, classify_line, stall_signal, strip_ansi
+from sm120kit.facts.kvcache import KvLines, feed_kv_line
 
 MAX_RECORDS = 2000
 MAX_SIGNAL_EVIDENCE = 5
@@ -186,6 +189,8 @@ class LogAnalysis:
         self._tmpl: dict[tuple[str, str], tuple[int, str | None]] = {}
         self._sig_total = 0
         self.fast_lines = 0  # lines of learned boring call sites (parsers skipped)
+        self.kv = KvLines()  # vLLM's KV cache lines (sm120kit.facts.kvcache)
+        self.nccl_diag = NcclDiag()  # NCCL >= 2.31 'NCCL DIAG' report
 
     # -- input ------------------------------------------------------------------------------
     def feed_stream(self, source: str, fh: IO[bytes]) -> StreamStats:
@@ -288,6 +293,10 @@ class LogAnalysis:
                         int(m.group("n"), 16), m.group("op"), ev)
             return
         msg = o.message
+        if "KV cache" in text or "concurrency for" in text:
+            feed_kv_line(self.kv, text)
+        if NCCL_DIAG_MARK in text:
+            self.nccl_diag.feed(text)
         ts = t if t is not None else float(self.order)
         tkey = _template(o, msg, text)
         if tkey is not None:

@@ -1,0 +1,194 @@
+"""The HTTP side of ``validate``: an OpenAI-compatible (vLLM) server through ``httpx``.
+
+Only what validate needs: ``/v1/models`` (model id, vLLM's ``max_model_len``), vLLM's ``/tokenize``
+(token counts by the server's own tokenizer), greedy ``/v1/completions`` with top-k ``logprobs``,
+and ``/metrics`` (Prometheus text, optional). Every transport or protocol problem becomes one
+:class:`~sm120kit.errors.UserError` line naming the server, the path and what went wrong.
+``httpx`` is imported when a client is made, so the rest of the package imports without it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from sm120kit.errors import UserError
+
+INSTALL_HINT = "install the HTTP client: pip install 'sm120kit[validate]' (httpx)"
+
+
+@dataclass
+class Completion:
+    """One greedy completion: generated tokens, their logprobs and the top-k per position."""
+
+    text: str
+    tokens: list[str]
+    logprobs: list[float]
+    top: list[dict[str, float]] = field(default_factory=list)
+    finish_reason: str | None = None
+
+
+def normalize_url(url: str) -> str:
+    u = url.strip().rstrip("/")
+    if "://" not in u:
+        u = "http://" + u
+    if u.endswith("/v1"):
+        u = u[: -len("/v1")]
+    return u
+
+
+def _short(text: str, n: int = 80) -> str:
+    t = " ".join(text.split())
+    return t if len(t) <= n else t[: n - 1] + "…"
+
+
+class ServerClient:
+    """A vLLM OpenAI-compatible server at ``url``; ``label`` names it in error messages."""
+
+    def __init__(self, url: str, *, label: str = "server", timeout: float = 600.0,
+                 model: str | None = None) -> None:
+        try:
+            import httpx
+        except ImportError as exc:  # third-party, optional extra
+            raise UserError("sm120kit validate needs httpx, which is not installed",
+                            hint=INSTALL_HINT) from exc
+        self._httpx = httpx
+        self.url = normalize_url(url)
+        self.label = label
+        self.timeout = timeout
+        self.model = model
+        self._http = httpx.Client(base_url=self.url, timeout=httpx.Timeout(timeout, connect=10.0))
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> ServerClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- transport -----------------------------------------------------------------------------
+
+    def _where(self, path: str) -> str:
+        return f"{self.label} {self.url}{path}"
+
+    def request(self, method: str, path: str, body: dict[str, Any] | None = None, *,
+                optional: bool = False) -> Any:
+        """JSON answer of ``method path``; ``optional``: None on 404 instead of an error."""
+        hx = self._httpx
+        try:
+            resp = self._http.request(method, path, json=body)
+        except hx.TimeoutException as exc:
+            raise UserError(
+                f"{self._where(path)}: no answer within {self.timeout:g} s ({type(exc).__name__})",
+                hint="a long prompt on a cold server can take minutes: raise --timeout",
+            ) from exc
+        except hx.ConnectError as exc:
+            raise UserError(f"{self._where(path)}: cannot connect ({_short(str(exc), 60)})",
+                            hint="is the server up and listening on that host:port?") from exc
+        except hx.HTTPError as exc:
+            raise UserError(f"{self._where(path)}: {type(exc).__name__}: {_short(str(exc))}") from exc
+        if optional and resp.status_code == 404:
+            return None
+        if resp.status_code >= 400:
+            raise UserError(f"{self._where(path)}: HTTP {resp.status_code}: {_short(resp.text)}")
+        if path == "/metrics":
+            return resp.text
+        try:
+            return resp.json()
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            ctype = resp.headers.get("content-type", "no content-type")
+            raise UserError(
+                f"{self._where(path)}: answer is not JSON ({ctype}): {_short(resp.text, 60)!r}",
+                hint="is this URL an OpenAI-compatible server (vLLM `vllm serve`)?",
+            ) from exc
+
+    # --- endpoints -----------------------------------------------------------------------------
+
+    def models(self) -> tuple[str, int | None]:
+        """Served model id (``--model`` if given, else the first) and its ``max_model_len``."""
+        data = self.request("GET", "/v1/models")
+        items = data.get("data") if isinstance(data, dict) else None
+        if not isinstance(items, list) or not items:
+            raise UserError(f"{self._where('/v1/models')}: no model listed in the answer")
+        pick = items[0]
+        if self.model is not None:
+            named = [m for m in items if isinstance(m, dict) and m.get("id") == self.model]
+            if not named:
+                ids = ", ".join(str(m.get("id")) for m in items if isinstance(m, dict))
+                raise UserError(f"{self.label} serves no model {self.model!r} (it serves: {ids})")
+            pick = named[0]
+        if not isinstance(pick, dict) or not pick.get("id"):
+            raise UserError(f"{self._where('/v1/models')}: model entry without an id")
+        self.model = str(pick["id"])
+        mml = pick.get("max_model_len")
+        return self.model, int(mml) if isinstance(mml, int | float) else None
+
+    def tokenize(self, text: str) -> int:
+        """Token count of ``text`` as a completion prompt (special tokens such as BOS included)."""
+        path = "/tokenize"
+        data = self.request("POST", path, {"model": self.model, "prompt": text,
+                                           "add_special_tokens": True}, optional=True)
+        if data is None:
+            raise UserError(f"{self._where(path)}: no tokenizer endpoint (404)",
+                            hint="validate counts tokens with vLLM's /tokenize; point it at vLLM")
+        count = data.get("count") if isinstance(data, dict) else None
+        if count is None and isinstance(data, dict) and isinstance(data.get("tokens"), list):
+            count = len(data["tokens"])
+        if not isinstance(count, int):
+            raise UserError(f"{self._where(path)}: answer has no token count")
+        return count
+
+    def complete(self, prompt: str, *, max_tokens: int, top_logprobs: int) -> Completion:
+        return self.complete_batch([prompt], max_tokens=max_tokens, top_logprobs=top_logprobs)[0]
+
+    def complete_batch(self, prompts: list[str], *, max_tokens: int,
+                       top_logprobs: int) -> list[Completion]:
+        """Greedy completions of several prompts in one request (the server batches them)."""
+        path = "/v1/completions"
+        body = {"model": self.model, "prompt": prompts[0] if len(prompts) == 1 else prompts,
+                "max_tokens": max_tokens, "temperature": 0.0, "top_p": 1.0, "seed": 0,
+                "logprobs": top_logprobs}
+        data = self.request("POST", path, body)
+        where = self._where(path)
+        choices = data.get("choices") if isinstance(data, dict) else None
+        if not isinstance(choices, list) or len(choices) != len(prompts):
+            raise UserError(f"{where}: {len(prompts)} prompts, "
+                            f"{len(choices) if isinstance(choices, list) else 'no'} choices")
+        order = sorted(range(len(choices)), key=lambda i: _index(choices[i], i))
+        return [parse_completion({"choices": [choices[i]]}, where) for i in order]
+
+    def metrics(self) -> str | None:
+        try:
+            text = self.request("GET", "/metrics", optional=True)
+        except UserError:
+            return None
+        return text if isinstance(text, str) else None
+
+
+def _index(choice: Any, default: int) -> int:
+    i = choice.get("index") if isinstance(choice, dict) else None
+    return i if isinstance(i, int) else default
+
+
+def parse_completion(data: Any, where: str) -> Completion:
+    """The first choice of an OpenAI completions answer; its logprobs must be there."""
+    choices = data.get("choices") if isinstance(data, dict) else None
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise UserError(f"{where}: answer has no choices")
+    ch = choices[0]
+    lp = ch.get("logprobs")
+    if not isinstance(lp, dict) or not isinstance(lp.get("token_logprobs"), list):
+        raise UserError(f"{where}: answer carries no logprobs",
+                        hint="validate compares per-token logprobs; the server must return them "
+                             "(vLLM: do not set --max-logprobs 0)")
+    tokens = [str(t) for t in lp.get("tokens") or []]
+    values = [float("nan") if v is None else float(v) for v in lp["token_logprobs"]]
+    top_raw = lp.get("top_logprobs") or []
+    top = [{str(k): float(v) for k, v in (d or {}).items() if v is not None} for d in top_raw]
+    if len(tokens) != len(values) or (top and len(top) != len(tokens)):
+        raise UserError(f"{where}: logprobs lists of different lengths")
+    return Completion(text=str(ch.get("text") or ""), tokens=tokens, logprobs=values, top=top,
+                      finish_reason=ch.get("finish_reason"))

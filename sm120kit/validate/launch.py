@@ -1,0 +1,186 @@
+"""``sm120kit validate -- vllm serve ...``: launch the DCP server through collect's supervisor,
+validate it, and (without ``--reference-url``) relaunch the same line with DCP 1 as the reference.
+
+The servers run one after the other (both would not fit on the same GPUs): the DCP server answers
+every planned prompt, is stopped, the DCP-1 relaunch answers the same prompts, and the two are
+compared. A server that crashes or stalls (collect's silence/signal/death rules), or stops answering
+validate, is bundled by the supervisor while still live; the error names the bundle.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from sm120kit.collect.supervise import LaunchOptions, LaunchResult, LaunchSupervisor
+from sm120kit.errors import UserError
+from sm120kit.facts.serve_args import parse_serve_args
+from sm120kit.validate.client import ServerClient
+from sm120kit.validate.kv import kv_capacity
+from sm120kit.validate.model import NoiseFloor, ServerFacts, ValidateResult
+from sm120kit.validate.run import (
+    Planned,
+    ValidateOptions,
+    answers,
+    dcp_layout,
+    noise_floor,
+    placement_notes,
+    plan,
+    result,
+    server_facts,
+)
+
+Progress = Callable[[str], None]
+_DCP_OPTS = ("--decode-context-parallel-size", "-dcp")
+_INTERLEAVE_OPTS = ("--cp-kv-cache-interleave-size", "--dcp-kv-cache-interleave-size")
+
+
+@dataclass
+class LaunchSettings:
+    out_dir: Path
+    ready_timeout: float = 1800.0  # cold JIT + weight load of a large checkpoint: ~20 min seen
+    stall_timeout: float = 300.0
+
+
+def serve_url(argv: list[str]) -> str:
+    """Where ``vllm serve`` listens: ``--host``/``--port`` of the line (default :8000)."""
+    host, port = "127.0.0.1", "8000"
+    for i, tok in enumerate(argv):
+        name, eq, val = tok.partition("=")
+        if name in ("--host", "--port"):
+            v = val if eq else (argv[i + 1] if i + 1 < len(argv) else "")
+            if name == "--port":
+                port = v
+            elif v not in ("", "0.0.0.0", "::"):
+                host = v
+    if not port.isdigit():
+        raise UserError(f"--port {port!r} of the launch line is not a port number")
+    return f"http://{host}:{port}"
+
+
+def reference_argv(argv: list[str]) -> list[str]:
+    """The same launch with DCP 1: the DCP size and interleave options removed, DCP 1 added."""
+    out: list[str] = []
+    skip = False
+    for tok in argv:
+        if skip:
+            skip = False
+            continue
+        name, eq, _ = tok.partition("=")
+        if name in _DCP_OPTS + _INTERLEAVE_OPTS:
+            skip = not eq
+            continue
+        out.append(tok)
+    return out + ["--decode-context-parallel-size", "1"]
+
+
+def _wait_ready(sup: LaunchSupervisor, thread: threading.Thread, url: str,
+                settings: LaunchSettings, label: str) -> None:
+    deadline = time.monotonic() + settings.ready_timeout
+    with ServerClient(url, label=label, timeout=10.0) as probe:
+        while time.monotonic() < deadline:
+            if not thread.is_alive():
+                return  # ended before ready: the caller reports the supervisor's outcome
+            if sup.ready:
+                try:
+                    probe.models()
+                    return
+                except UserError:
+                    pass
+            time.sleep(0.5)
+    sup.report_stall(f"not ready after {settings.ready_timeout:.0f}s")
+    thread.join()
+
+
+@contextmanager
+def launched(argv: list[str], settings: LaunchSettings, label: str,
+             say: Progress) -> Iterator[tuple[str, LaunchSupervisor]]:
+    """Run ``argv`` under collect's supervisor until the block ends; its URL and supervisor."""
+    url = serve_url(argv)
+    opts = LaunchOptions(out_dir=settings.out_dir, stall_timeout=settings.stall_timeout,
+                         echo=False, doctor=False)
+    sup = LaunchSupervisor(list(argv), opts, on_event=lambda m: say(f"{label}: {m}"))
+    box: dict[str, LaunchResult] = {}
+    thread = threading.Thread(target=lambda: box.setdefault("r", sup.run()), daemon=True,
+                              name=f"validate-{label}")
+    thread.start()
+    _wait_ready(sup, thread, url, settings, label)
+    if not thread.is_alive():
+        _raise_outcome(box.get("r"), label, "before it was ready")
+    try:
+        yield url, sup
+    except UserError as exc:
+        if thread.is_alive():
+            sup.report_stall(f"{label} stopped answering validate: {exc.message}")
+        thread.join()
+        _raise_outcome(box.get("r"), label, "during validation", cause=exc)
+        raise
+    finally:
+        sup.stop_requested.set()
+        thread.join()
+    res = box.get("r")
+    if res is not None and res.outcome not in ("stopped", "exited", "ready"):
+        _raise_outcome(res, label, "during validation")
+
+
+def _raise_outcome(res: LaunchResult | None, label: str, when: str,
+                   cause: UserError | None = None) -> None:
+    if res is None:
+        raise UserError(f"the {label} launch ended {when} without a result")
+    if res.outcome in ("stopped",) and cause is not None:
+        raise cause
+    hint = f"bundle: {res.bundle}; name the cause with: sm120kit diagnose {res.bundle}" \
+        if res.bundle else None
+    raise UserError(f"the {label} {res.outcome} {when}: {res.reason}", hint=hint) from cause
+
+
+def _log_text(sup: LaunchSupervisor) -> str:
+    with sup.lock:
+        return "\n".join(line for dq in sup.tails.values() for line in dq)
+
+
+def validate_launch(argv: list[str], opts: ValidateOptions, settings: LaunchSettings,
+                    progress: Progress | None = None) -> ValidateResult:
+    say = progress or (lambda _m: None)
+    notes: list[str] = []
+    sa = parse_serve_args(argv)
+    opts = replace(opts, dcp=opts.dcp or sa.dcp, interleave=opts.interleave or sa.interleave,
+                   block_size=opts.block_size or sa.effective_block_size,
+                   layout_source="launch line")
+    layout = dcp_layout(opts, notes)
+    with launched(argv, settings, "DCP server", say) as (url, sup):
+        with ServerClient(url, label="server", timeout=opts.timeout, model=opts.model) as dcp:
+            server = server_facts(dcp)
+            planned = plan(opts, dcp, server, layout, True)
+            notes += placement_notes(planned, layout)
+            mine = answers(dcp, planned, opts, say)
+        log = _log_text(sup)
+    reference, theirs, floor = _reference(argv, opts, settings, server, planned, notes, say)
+    kv = kv_capacity(log, None)
+    res = result(server, reference, layout, opts, planned, mine, theirs, floor, notes, kv)
+    res.launch = {"argv": list(argv), "url": url,
+                  "reference_argv": None if opts.reference_url else reference_argv(argv)}
+    return res
+
+
+def _reference(argv: list[str], opts: ValidateOptions, settings: LaunchSettings,
+               server: ServerFacts, planned: list[Planned], notes: list[str],
+               say: Progress) -> tuple[ServerFacts, list[Any], NoiseFloor | None]:
+    model = opts.model or server.model
+
+    def ask(url: str) -> tuple[ServerFacts, list[Any], NoiseFloor | None]:
+        with ServerClient(url, label="reference", timeout=opts.timeout, model=model) as ref:
+            facts = server_facts(ref)
+            theirs = answers(ref, planned, opts, say)
+            return facts, theirs, noise_floor(ref, planned, theirs, opts, say)
+
+    if opts.reference_url:
+        return ask(opts.reference_url)
+    notes.append("reference: the same launch line relaunched with DCP 1")
+    with launched(reference_argv(argv), settings, "reference", say) as (url, _sup):
+        return ask(url)

@@ -1,0 +1,113 @@
+"""Long-context needle probes placed so that the needle's KV lands on a chosen DCP rank.
+
+Token ``t`` of a request lives on rank ``(t // I) % N`` (``I`` = interleave, ``N`` = DCP size).
+For each probe length and each rank we pick an interleave chunk owned by that rank near the middle
+of the context (past the first KV blocks, so block-table translation is exercised too), put the
+needle inside it, and check with the server's tokenizer where its tokens really are.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sm120kit.validate.model import DcpLayout, NeedlePlacement
+from sm120kit.validate.texts import (
+    PAD_WORDS,
+    Counter,
+    Needle,
+    filler,
+    fit_filler,
+    fit_units,
+    make_needle,
+)
+
+
+@dataclass
+class Probe:
+    name: str
+    prompt: str
+    tokens: int
+    needle: Needle
+    placement: NeedlePlacement
+
+
+def owners(layout: DcpLayout, start: int, end: int) -> list[int]:
+    seen: list[int] = []
+    for t in range(start, end):
+        r = layout.rank_of(t)
+        if r not in seen:
+            seen.append(r)
+        if len(seen) == layout.dcp:
+            break
+    return seen
+
+
+def target_start(layout: DcpLayout, length: int, rank: int, needle_tokens: int,
+                 tail_tokens: int, depth: float = 0.5) -> int | None:
+    """First token of the needle: centred in a chunk of ``rank`` near ``depth``; None if a prompt
+    of ``length`` tokens has no such chunk before its last ``tail_tokens``."""
+    i, n = layout.interleave, layout.dcp
+    pad = max(0, (i - needle_tokens) // 2)
+    c = int(length * depth) // i
+    c += (rank - c % n) % n
+    while c >= 0 and c * i + pad + needle_tokens + tail_tokens > length:
+        c -= n
+    if c < 0 or (c == 0 and pad < 2):
+        # chunk 0 holds the BOS: keep at least a couple of filler tokens ahead of the needle
+        c += n
+        if c * i + pad + needle_tokens + tail_tokens > length:
+            return None
+    return c * i + pad
+
+
+def _pad_to(count: Counter, text: str, target: int) -> tuple[str, int]:
+    """``text`` + short words, as close to ``target`` tokens as they get (never past it)."""
+    def make(n: int) -> str:
+        return text + "".join(PAD_WORDS[j % len(PAD_WORDS)] for j in range(n))
+
+    padded = fit_units(count, target, make)
+    c = count(padded)
+    for _ in range(6):  # the last few tokens: the shortest pieces a tokenizer has
+        if c >= target:
+            break
+        fits = [(n, t) for t in (padded + " a", padded + ",", padded + ".")
+                if c < (n := count(t)) <= target]
+        if not fits:
+            break
+        c, padded = max(fits)
+    return padded, c
+
+
+def build_probe(count: Counter, layout: DcpLayout, length: int, rank: int, seed: int,
+                answer_tokens: int) -> Probe | str:
+    """The probe prompt, or a one-line reason why this length cannot hold a needle on ``rank``."""
+    needle = make_needle(seed)
+    base = filler(seed, 4)
+    n_needle = count(base + needle.sentence) - count(base)
+    n_question = count(base + needle.question) - count(base)
+    tail = n_question + 8
+    start = target_start(layout, length - answer_tokens, rank, n_needle, tail)
+    if start is None:
+        return f"{length} tokens are too few to put a needle on rank {rank}"
+    prefix = fit_filler(count, start - 8, seed)
+    prefix, s = _pad_to(count, prefix, start)
+    body = prefix + needle.sentence
+    e = count(body)
+    budget = length - answer_tokens - n_question
+    body = fit_filler(count, budget, seed + 1, lead=body)
+    prompt = body + needle.question
+    place = NeedlePlacement(target_rank=rank, start=s, end=e, ranks=owners(layout, s, e))
+    return Probe(name=f"needle@{length} rank {rank}", prompt=prompt, tokens=count(prompt),
+                 needle=needle, placement=place)
+
+
+def auto_lengths(max_model_len: int, answer_tokens: int, smallest: int = 1024) -> list[int]:
+    """1K, 4K, 16K, ... below the server's limit, and the limit itself (less the answer)."""
+    cap = max_model_len - answer_tokens - 8
+    out = []
+    n = smallest
+    while n < cap * 0.75:
+        out.append(n)
+        n *= 4
+    out.append(cap)
+    return out

@@ -1,0 +1,312 @@
+"""``validate`` against running servers: the DCP one (``url``) and a DCP-1 reference.
+
+:func:`validate` sends the generated prompts and needle probes greedily to both, compares the
+chosen-token logprobs, and returns a :class:`ValidateResult`; it prints nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sm120kit.errors import UserError
+from sm120kit.validate.client import Completion, ServerClient
+from sm120kit.validate.compare import diff, judge_diff
+from sm120kit.validate.kv import kv_capacity
+from sm120kit.validate.model import (
+    Check,
+    CheckKind,
+    DcpLayout,
+    KvCapacity,
+    NoiseFloor,
+    ServerFacts,
+    Thresholds,
+    ValidateResult,
+    Verdict,
+    worst,
+)
+from sm120kit.validate.probes import Probe, auto_lengths, build_probe
+from sm120kit.validate.texts import PROMPT_KINDS, reference_prompt
+
+
+@dataclass
+class ValidateOptions:
+    url: str
+    reference_url: str | None = None
+    model: str | None = None
+    dcp: int | None = None
+    interleave: int | None = None
+    block_size: int | None = None
+    layout_source: str = "options"
+    lengths: list[int] | None = None  # needle probe lengths (tokens); None = automatic
+    prompt_lengths: list[int] | None = None  # reference prompt lengths; None = automatic
+    max_tokens: int = 32
+    answer_tokens: int = 12
+    top_logprobs: int = 5
+    timeout: float = 600.0
+    seed: int = 0
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    log_text: str | None = None  # the DCP server's launch log, when validate launched it
+
+
+Progress = Callable[[str], None]
+
+
+def dcp_layout(opts: ValidateOptions, notes: list[str]) -> DcpLayout:
+    dcp = opts.dcp or 1
+    inter = opts.interleave or 1
+    bs = opts.block_size or 64
+    if dcp < 1 or inter < 1 or bs < 1:
+        raise UserError("--dcp, --interleave and --block-size must be positive")
+    if bs % inter:
+        raise UserError(f"block size {bs} is not a multiple of interleave {inter}",
+                        hint="vLLM requires cp_kv_cache_interleave_size to divide the block size")
+    src = opts.layout_source
+    if opts.dcp is None:
+        src = "default"
+        notes.append("DCP size not given (--dcp): every needle sits on rank 0, which cannot catch "
+                     "a rank-mapping error")
+    return DcpLayout(dcp=dcp, interleave=inter, block_size=bs, source=src)
+
+
+def _counter(client: ServerClient) -> Callable[[str], int]:
+    cache: dict[str, int] = {}
+
+    def count(text: str) -> int:
+        if text not in cache:
+            cache[text] = client.tokenize(text)
+        return cache[text]
+
+    return count
+
+
+def _prompt_lengths(opts: ValidateOptions, max_len: int) -> list[int]:
+    if opts.prompt_lengths:
+        return opts.prompt_lengths
+    cap = max_len - opts.max_tokens - 8
+    return sorted({min(256, cap), min(2048, cap // 2)})
+
+
+def _needle_lengths(opts: ValidateOptions, max_len: int | None) -> list[int]:
+    if opts.lengths:
+        return opts.lengths
+    if max_len is None:
+        raise UserError("the server does not report max_model_len in /v1/models",
+                        hint="pass the probe lengths: --lengths 4096,32768")
+    return auto_lengths(max_len, opts.answer_tokens)
+
+
+def _check_lengths(lengths: list[int], max_len: int | None, answer: int) -> None:
+    for n in lengths:
+        if n < 64:
+            raise UserError(f"length {n} is too short for a probe (at least 64 tokens)")
+        if max_len is not None and n + answer > max_len:
+            raise UserError(f"length {n} + {answer} answer tokens exceeds the server's "
+                            f"max_model_len {max_len}")
+
+
+def _compare(name: str, kind: Any, tokens: int, mine: Completion, ref: Completion | None,
+             th: Thresholds) -> Check:
+    chk = Check(name=name, kind=kind, context_tokens=tokens, verdict=Verdict.PASS,
+                dcp_text=mine.text, reference_text=None if ref is None else ref.text)
+    if ref is None:
+        return chk
+    d = diff(mine, ref)
+    chk.verdict, chk.reasons = judge_diff(d, th)
+    chk.compared_positions = d.compared
+    chk.max_abs_diff, chk.mean_abs_diff, chk.max_diff_position = d.max_abs, d.mean_abs, d.max_at
+    chk.first_divergence, chk.divergence_margin = d.first_divergence, d.margin
+    return chk
+
+
+def _judge_needle(chk: Check, probe: Probe) -> None:
+    chk.needle = probe.placement
+    chk.needle_found = probe.needle.found_in(chk.dcp_text)
+    if chk.reference_text is not None:
+        chk.reference_needle_found = probe.needle.found_in(chk.reference_text)
+    ranks = ",".join(map(str, probe.placement.ranks))
+    where = f"needle at tokens {probe.placement.start}-{probe.placement.end} (rank {ranks})"
+    if chk.needle_found is False and chk.reference_needle_found:
+        chk.verdict = Verdict.FAIL
+        chk.reasons.insert(0, f"{where}: the reference retrieves it, DCP does not")
+    elif chk.needle_found is False:
+        chk.verdict = worst([chk.verdict, Verdict.SUSPICIOUS])
+        chk.reasons.insert(0, f"{where}: not retrieved (by the reference either)"
+                           if chk.reference_needle_found is False else f"{where}: not retrieved")
+    if not probe.placement.on_target:
+        chk.reasons.append(f"needle meant for rank {probe.placement.target_rank} starts on rank "
+                           f"{probe.placement.ranks[0]} (tokenizer drift)")
+
+
+def server_facts(client: ServerClient) -> ServerFacts:
+    model, mml = client.models()
+    return ServerFacts(url=client.url, model=model, max_model_len=mml)
+
+
+def _summary(checks: list[Check], verdict: Verdict, has_ref: bool) -> str:
+    bad = [c for c in checks if c.verdict is not Verdict.PASS]
+    if not bad:
+        return (f"PASS: {len(checks)} checks agree with the reference within noise" if has_ref
+                else f"PASS: {len(checks)} needle probes retrieved")
+    first = sorted(bad, key=lambda c: c.verdict is not Verdict.FAIL)[0]
+    why = first.reasons[0] if first.reasons else ""
+    return (f"{verdict.value.upper()}: {len(bad)} of {len(checks)} checks off; "
+            f"first: {first.name}: {why}")
+
+
+@dataclass
+class Planned:
+    """One prompt to send to both servers (a needle probe when ``probe`` is set)."""
+
+    name: str
+    kind: CheckKind
+    prompt: str
+    tokens: int
+    max_tokens: int
+    probe: Probe | None = None
+    skipped: str | None = None  # why this check could not be built
+
+
+def plan(opts: ValidateOptions, dcp: ServerClient, server: ServerFacts, layout: DcpLayout,
+         with_reference: bool) -> list[Planned]:
+    """The prompts, sized with the DCP server's tokenizer (the reference runs the same model)."""
+    count = _counter(dcp)
+    mml = server.max_model_len
+    out: list[Planned] = []
+    if with_reference:
+        plens = _prompt_lengths(opts, mml) if mml else (opts.prompt_lengths or [256])
+        _check_lengths(plens, mml, opts.max_tokens)
+        for n in plens:
+            for i, kind in enumerate(PROMPT_KINDS):
+                prompt = reference_prompt(kind, opts.seed + i, count, n)
+                out.append(Planned(f"{kind}@{n}", "prompt", prompt, count(prompt), opts.max_tokens))
+    lengths = _needle_lengths(opts, mml)
+    _check_lengths(lengths, mml, opts.answer_tokens)
+    for n in lengths:
+        for rank in range(layout.dcp):
+            probe = build_probe(count, layout, n, rank, opts.seed + rank, opts.answer_tokens)
+            if isinstance(probe, str):
+                out.append(Planned(f"needle@{n} rank {rank}", "needle", "", n, 0, skipped=probe))
+            else:
+                out.append(Planned(probe.name, "needle", probe.prompt, probe.tokens,
+                                   opts.answer_tokens, probe=probe))
+    return out
+
+
+def placement_notes(planned: list[Planned], layout: DcpLayout) -> list[str]:
+    """Say so when needles cannot sit on one rank (interleave shorter than the needle)."""
+    spans = [p.probe.placement for p in planned if p.probe is not None]
+    if layout.dcp > 1 and spans and all(len(s.ranks) > 1 for s in spans):
+        n = spans[0].end - spans[0].start
+        return [f"interleave {layout.interleave} is shorter than the {n}-token needle: every "
+                "needle spans several ranks (each probe still starts on its own rank)"]
+    return []
+
+
+def answers(client: ServerClient, planned: list[Planned], opts: ValidateOptions,
+            say: Progress) -> list[Completion | None]:
+    """Greedy completions of every planned prompt on one server (None for a skipped check)."""
+    out: list[Completion | None] = []
+    for p in planned:
+        if p.skipped:
+            out.append(None)
+            continue
+        say(f"{client.label}: {p.name}")
+        out.append(client.complete(p.prompt, max_tokens=p.max_tokens,
+                                   top_logprobs=opts.top_logprobs))
+    return out
+
+
+def judge(planned: list[Planned], mine: list[Completion | None],
+          theirs: list[Completion | None] | None, th: Thresholds) -> list[Check]:
+    checks = []
+    for i, p in enumerate(planned):
+        got = mine[i]
+        if p.skipped or got is None:
+            checks.append(Check(name=p.name, kind=p.kind, context_tokens=p.tokens,
+                                verdict=Verdict.SUSPICIOUS, reasons=[p.skipped or "no answer"]))
+            continue
+        chk = _compare(p.name, p.kind, p.tokens, got, None if theirs is None else theirs[i], th)
+        if p.probe is not None:
+            _judge_needle(chk, p.probe)
+        checks.append(chk)
+    return checks
+
+
+def noise_floor(ref: ServerClient, planned: list[Planned], solo: list[Completion | None],
+                opts: ValidateOptions, say: Progress, batch: int = 4) -> NoiseFloor | None:
+    """Answer up to ``batch`` of the compared prompts again on the reference, in one request,
+    and measure how far those answers are from the same prompts answered alone."""
+    idx = [i for i, p in enumerate(planned)
+           if p.kind == "prompt" and not p.skipped and solo[i] is not None][:batch]
+    if len(idx) < 2:
+        return None
+    say(f"{ref.label}: noise floor ({len(idx)} prompts in one batch)")
+    again = ref.complete_batch([planned[i].prompt for i in idx], max_tokens=opts.max_tokens,
+                               top_logprobs=opts.top_logprobs)
+    diffs = []
+    for i, got in zip(idx, again, strict=True):
+        first = solo[i]
+        assert first is not None
+        diffs.append(diff(got, first))
+    n = sum(d.compared for d in diffs)
+    means = [d.mean_abs * d.compared for d in diffs if d.mean_abs is not None]
+    maxes = [d.max_abs for d in diffs if d.max_abs is not None]
+    return NoiseFloor(prompts=len(idx), compared=n,
+                      mean_abs=sum(means) / n if n else None, max_abs=max(maxes, default=None),
+                      flips=sum(d.first_divergence is not None for d in diffs))
+
+
+def result(server: ServerFacts, reference: ServerFacts | None, layout: DcpLayout,
+           opts: ValidateOptions, planned: list[Planned], mine: list[Completion | None],
+           theirs: list[Completion | None] | None, floor: NoiseFloor | None,
+           notes: list[str], kv: KvCapacity | None) -> ValidateResult:
+    """Judge the answers against the lines (raised to the measured noise floor) and sum up."""
+    th = opts.thresholds.widened(floor)
+    if floor is not None and th != opts.thresholds:
+        floor.widened = True
+        notes.append("the reference's own noise floor is above the default lines: lines raised "
+                     "to 3x it")
+    checks = judge(planned, mine, theirs, th)
+    verdict = worst([c.verdict for c in checks])
+    if reference is None and verdict is Verdict.PASS:
+        verdict = Verdict.SUSPICIOUS
+        notes.append("verdict held at 'suspicious': without a reference the numerics are unproven")
+    return ValidateResult(server=server, reference=reference, layout=layout,
+                          thresholds=th, checks=checks, verdict=verdict,
+                          summary=_summary(checks, verdict, reference is not None),
+                          kv_capacity=kv, noise_floor=floor, notes=notes)
+
+
+def validate(opts: ValidateOptions, progress: Progress | None = None) -> ValidateResult:
+    """Both servers already running (``opts.url`` and, optionally, ``opts.reference_url``)."""
+    say = progress or (lambda _m: None)
+    notes: list[str] = []
+    with ServerClient(opts.url, label="server", timeout=opts.timeout, model=opts.model) as dcp:
+        server = server_facts(dcp)
+        layout = dcp_layout(opts, notes)
+        reference = None
+        ref_client = None
+        if opts.reference_url:
+            ref_client = ServerClient(opts.reference_url, label="reference", timeout=opts.timeout,
+                                      model=opts.model or server.model)
+        else:
+            notes.append("no reference server (--reference-url): logprobs are not compared and "
+                          "only needle retrieval is judged")
+        try:
+            if ref_client is not None:
+                reference = server_facts(ref_client)
+            planned = plan(opts, dcp, server, layout, ref_client is not None)
+            notes += placement_notes(planned, layout)
+            mine = answers(dcp, planned, opts, say)
+            theirs = floor = None
+            if ref_client is not None:
+                theirs = answers(ref_client, planned, opts, say)
+                floor = noise_floor(ref_client, planned, theirs, opts, say)
+        finally:
+            if ref_client is not None:
+                ref_client.close()
+        metrics = dcp.metrics() if layout.dcp > 1 and not opts.log_text else None
+    kv = kv_capacity(opts.log_text, metrics)
+    return result(server, reference, layout, opts, planned, mine, theirs, floor, notes, kv)

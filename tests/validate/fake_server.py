@@ -1,0 +1,156 @@
+"""A small OpenAI-compatible HTTP server for validate's tests (a real process on 127.0.0.1).
+
+It serves :class:`tiny_model.TinyModel` (the project's reference DCP math; no SM120 GPU here) with
+vLLM's endpoint shapes: ``GET /v1/models`` (with ``max_model_len``), ``POST /tokenize``
+(``count``, ``tokens``, ``max_model_len``), ``POST /v1/completions`` (greedy, legacy ``logprobs``
+with ``tokens``/``token_logprobs``/``top_logprobs``) and ``GET /metrics``. Failure modes for the
+error-path tests: ``--no-logprobs``, ``--not-json``, ``--delay``.
+
+Prints ``PORT <n>`` on stdout once listening (``--port 0`` picks a free port).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import torch  # noqa: E402
+from tiny_model import TinyModel, encode, token_str  # noqa: E402
+
+
+def make_handler(model: TinyModel, args: argparse.Namespace) -> type[BaseHTTPRequestHandler]:
+    name = args.model_name
+    served = [0]
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *a: Any) -> None:
+            pass
+
+        mode = ""
+
+        def _route(self) -> str:
+            for m in ("nologprobs", "notjson", "slow"):
+                if self.path.startswith(f"/{m}/"):
+                    self.mode = m
+                    return self.path[len(m) + 1:]
+            return self.path
+
+        def _send(self, code: int, body: Any, ctype: str = "application/json") -> None:
+            data = body if isinstance(body, bytes) else json.dumps(body).encode()
+            if self.mode == "notjson":
+                data, ctype = b"<html><body>502 Bad Gateway</body></html>", "text/html"
+            self.send_response(code)
+            self.send_header("content-type", ctype)
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _body(self) -> dict[str, Any]:
+            n = int(self.headers.get("content-length") or 0)
+            return json.loads(self.rfile.read(n) or b"{}")
+
+        def do_GET(self) -> None:
+            path = self._route()
+            if self.mode == "slow":
+                time.sleep(5)
+            if path == "/v1/models":
+                self._send(200, {"object": "list", "data": [
+                    {"id": name, "object": "model", "max_model_len": args.max_model_len}]})
+            elif path == "/metrics":
+                text = (f'vllm:cache_config_info{{block_size="64",num_gpu_blocks="{args.blocks}"}}'
+                        " 1.0\n")
+                self._send(200, text.encode(), "text/plain")
+            else:
+                self._send(404, {"error": "not found"})
+
+        def do_POST(self) -> None:
+            path = self._route()
+            if self.mode == "slow":
+                time.sleep(5)
+            req = self._body()
+            if path == "/tokenize":
+                toks = encode(req.get("prompt", ""))
+                self._send(200, {"count": len(toks), "max_model_len": args.max_model_len,
+                                 "tokens": toks})
+            elif path == "/v1/completions":
+                served[0] += 1
+                if args.hang_after and served[0] > args.hang_after:
+                    time.sleep(3600)  # a wedged engine: the request never returns
+                self._complete(req)
+            else:
+                self._send(404, {"error": "not found"})
+
+        def _complete(self, req: dict[str, Any]) -> None:
+            prompts = req["prompt"] if isinstance(req["prompt"], list) else [req["prompt"]]
+            n = int(req.get("max_tokens") or 16)
+            k = int(req.get("logprobs") or 0)
+            choices = []
+            for idx, prompt in enumerate(prompts):
+                toks = encode(prompt)
+                if len(toks) + n > args.max_model_len:
+                    self._send(400, {"error": {"message": "prompt too long"}})
+                    return
+                steps = model.generate(toks, n, max(k, 1))
+                lp = None
+                if req.get("logprobs") is not None and self.mode != "nologprobs":
+                    lp = {"tokens": [token_str(t) for t, _, _ in steps],
+                          "token_logprobs": [v for _, v, _ in steps],
+                          "top_logprobs": [{token_str(i): v for i, v in top.items()}
+                                           for _, _, top in steps],
+                          "text_offset": list(range(len(steps)))}
+                choices.append({"index": idx, "text": "".join(token_str(t) for t, _, _ in steps),
+                                "logprobs": lp, "finish_reason": "length"})
+            self._send(200, {"id": "cmpl-0", "object": "text_completion", "model": name,
+                             "choices": choices})
+
+    return Handler
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("model", nargs="?", default="tiny-induction")
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=0)
+    # the vLLM options validate reads from a launch line, with the fake's meaning
+    ap.add_argument("--dcp", "--decode-context-parallel-size", dest="dcp", type=int, default=1)
+    ap.add_argument("--cp-kv-cache-interleave-size", dest="interleave", type=int, default=None)
+    ap.add_argument("--block-size", type=int, default=64)
+    # fake-only: how KV is written and read, the merge base, and a hang for the bundle test
+    ap.add_argument("--store-interleave", type=int, default=None)
+    ap.add_argument("--read-interleave", type=int, default=None)
+    ap.add_argument("--merge-base", choices=("2", "e"), default="2")
+    ap.add_argument("--hang-after", type=int, default=0, help="stop answering after N requests")
+    ap.add_argument("--max-model-len", type=int, default=2048)
+    ap.add_argument("--blocks", type=int, default=1000)
+    args = ap.parse_args()
+    args.model_name = args.model
+    torch.set_num_threads(1)  # tiny tensors: threads only contend on a shared CI box
+    inter = args.interleave or 64
+    model = TinyModel(dcp=args.dcp, store_interleave=args.store_interleave or inter,
+                      read_interleave=args.read_interleave or inter, merge_base=args.merge_base)
+    srv = ThreadingHTTPServer((args.host, args.port), make_handler(model, args))
+    # what vLLM prints at startup (gpu_worker / kv_cache_utils / uvicorn), with the fake's numbers
+    tokens = args.blocks * 64 * args.dcp
+    print(f"INFO [gpu_worker.py:298] Available KV cache memory: {0.5 * args.dcp:.2f} GiB\n"
+          f"INFO [kv_cache_utils.py:1087] GPU KV cache size: {tokens:,} tokens, Maximum "
+          f"concurrency for {args.max_model_len:,} tokens per request: "
+          f"{tokens / args.max_model_len:.2f}x\n"
+          "INFO:     Application startup complete.", file=sys.stderr, flush=True)
+    print(f"PORT {srv.server_address[1]}", flush=True)
+    try:
+        srv.serve_forever()
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()
