@@ -1,9 +1,62 @@
 #!/usr/bin/env bash
 # GPU validation run (issue 8): doctor's NVML figures vs nvidia-smi, the CUDA/NCCL reference
 # warmup, vLLM's Triton DCP index helper vs the reference, and real CUDA hangs collected.
-# Usage on a GPU machine, from the repo root:  bash scripts/device_validate.sh OUTDIR
-# Optional inputs: .devcarry/vllm-*-py.tar.xz (a vLLM release's Python tree) and
-# .devcarry/flashinfer_python-*.whl (for doctor's FlashInfer checks with FlashInfer present).
+#
+# Two halves, because the GPU machine reaches no package registry:
+#
+#   bash scripts/device_validate.sh --prepare [VLLM_VERSION] [FLASHINFER_VERSION]
+#       on a machine with PyPI (here), from the repo root. Builds .devcarry/ (gitignored: carry it
+#       with the work tree to the GPU machine; 62 MiB for 0.33.0 on Python 3.11, printed):
+#         vllm-X-py.tar.xz       the release wheel's Python tree WITH its vllm-X.dist-info/
+#                                (without the dist-info vLLM cannot read its own version and
+#                                disables Triton: "module 'triton' has no attribute
+#                                'next_power_of_2'")
+#         wheels/                the pure-Python/CPU packages of vLLM's import chain
+#                                (tests/requirements.txt minus torch, plus xgrammar --no-deps);
+#                                without them the Triton cross-check cannot import vLLM
+#                                ("No module named 'pydantic'") and skips
+#         flashinfer_python-*.whl  only with FLASHINFER_VERSION given: doctor's FlashInfer checks
+#                                with FlashInfer present
+#       Download for the GPU machine's Python: PREP_PY_VERSION=3.12 (default: this interpreter's).
+#
+#   bash scripts/device_validate.sh OUTDIR
+#       on the GPU machine, from the repo root: the steps below (STEPS="..." picks some), the
+#       results packed into OUTDIR/validate.tar.gz. The import-chain wheels are installed with
+#       --no-index into /tmp/vdeps (the GPU machine's own torch/triton are kept).
+set -u
+if [ "${1:-}" = "--prepare" ]; then
+  VV=${2:-0.33.0}; FV=${3:-${FLASHINFER_VERSION:-none}}
+  PY=${PYTHON:-python3}
+  PV=${PREP_PY_VERSION:-$($PY -c 'import sys;print(f"{sys.version_info[0]}.{sys.version_info[1]}")')}
+  set -e
+  mkdir -p .devcarry/wheels
+  tree=$($PY -c "import sys; from sm120kit.patchset.release import release_tree; print(release_tree('vllm', sys.argv[1]))" "$VV")
+  tar -cJf ".devcarry/vllm-$VV-py.tar.xz" -C "$tree" vllm "vllm-$VV.dist-info"
+  # packages the GPU machine's Python already has need not travel: numpy (its torch stack) and
+  # sm120kit's own dependencies (sm120kit runs there). PREP_SKIP overrides the list; it keeps
+  # .devcarry under the 64 MiB a device run carries. The FlashInfer wheel (15 MB, for doctor's
+  # FlashInfer checks) comes only when a version is given.
+  skip=${PREP_SKIP:-numpy click rich pygments markdown-it-py mdurl psutil packaging}
+  grep -v '^torch' tests/requirements.txt | grep -v -E "^($(echo "$skip" | tr ' ' '|'))([=<>!~ ]|$)" > .devcarry/requirements.txt
+  plat=""
+  for t in manylinux2014 manylinux_2_17 manylinux_2_24 manylinux_2_27 manylinux_2_28 manylinux_2_31 manylinux_2_34 manylinux_2_35; do
+    plat="$plat --platform ${t}_x86_64"
+  done
+  # shellcheck disable=SC2086
+  $PY -m pip download -q --only-binary=:all: --python-version "$PV" $plat --platform any \
+    -d .devcarry/wheels -r .devcarry/requirements.txt
+  # shellcheck disable=SC2086
+  $PY -m pip download -q --no-deps --only-binary=:all: --python-version "$PV" $plat --platform any \
+    -d .devcarry/wheels xgrammar==0.2.8
+  for p in $skip; do  # pulled in as dependencies of others: drop them again
+    rm -f .devcarry/wheels/"$(echo "$p" | tr '-' '_')"-*.whl .devcarry/wheels/"$p"-*.whl
+  done
+  [ "$FV" = none ] || $PY -m pip download -q --no-deps -d .devcarry "flashinfer-python==$FV"
+  mib=$(du -sm .devcarry | cut -f1)
+  echo ".devcarry: ${mib} MiB (skipped: $skip)"
+  [ "$mib" -le 64 ] || echo "warning: over the 64 MiB a device run carries; add packages the GPU machine has to PREP_SKIP" >&2
+  exit 0
+fi
 set -u
 OUT=${1:?usage: device_validate.sh OUTDIR}
 mkdir -p "$OUT/v"
@@ -51,11 +104,18 @@ t $PY -m sm120kit warmup run --device cpu --dcp 8 --json > "$V/warmup-cpu-dcp8.j
 fi
 if want triton; then
 step triton-crosscheck
+ls .devcarry/vllm-*-py.tar.xz >/dev/null 2>&1 || echo "no .devcarry/vllm-*-py.tar.xz: run --prepare first" >&2
+if [ -f .devcarry/requirements.txt ]; then
+  # vLLM's import chain, offline, beside (not into) the machine's own environment
+  $PY -m pip install -q --no-index --find-links .devcarry/wheels --no-deps --target /tmp/vdeps .devcarry/wheels/*.whl \
+    || echo "installing the import-chain wheels failed (Python version differs? PREP_PY_VERSION)" >&2
+fi
 for tb in .devcarry/vllm-*-py.tar.xz; do
   [ -f "$tb" ] || continue
   d=/tmp/vtree-$(basename "$tb" -py.tar.xz); mkdir -p "$d"; tar -xJf "$tb" -C "$d"
-  SM120KIT_VLLM_TREE=$d t $PY -m pytest -q -rs tests/gpu -p no:cacheprovider 2>&1 | tail -5
-  PYTHONPATH=$PWD:$d:${PYTHONPATH:-} t $PY tests/gpu/crosscheck_dcp_index.py "$d" --cases 48 > "$V/crosscheck-$(basename "$d").json" 2> "$V/crosscheck-err.txt"
+  ls -d "$d"/vllm-*.dist-info >/dev/null 2>&1 || echo "warning: $tb has no vllm-*.dist-info (vLLM disables Triton without it)" >&2
+  SM120KIT_VLLM_TREE=$d PYTHONPATH=/tmp/vdeps:${PYTHONPATH:-} t $PY -m pytest -q -rs tests/gpu -p no:cacheprovider 2>&1 | tail -5
+  PYTHONPATH=$PWD:$d:/tmp/vdeps:${PYTHONPATH:-} t $PY tests/gpu/crosscheck_dcp_index.py "$d" --cases 48 > "$V/crosscheck-$(basename "$d").json" 2> "$V/crosscheck-err.txt"
   tail -c 800 "$V/crosscheck-$(basename "$d").json"; tail -5 "$V/crosscheck-err.txt"
 done
 

@@ -3,7 +3,10 @@
 * ``home``: every test runs with HOME pointing at a tmp dir (git config, caches never touch ~).
 * ``SM120KIT_CACHE``: one cache per test session (release wheels, trees), reused between tests.
   Set ``SM120KIT_TEST_CACHE`` to reuse a cache across runs (CI does, to avoid downloads twice).
-* markers ``gpu``, ``sm120``, ``network``, ``slow``: each skips with a reason where it cannot run.
+* markers ``gpu``, ``sm120`` (skip with a reason where the hardware is missing), ``network``
+  (needs release wheels from PyPI on a cold cache: set here for every test that uses a release
+  fixture, by hand for tests that build releases themselves) and ``slow`` (> 30 s).
+  ``pytest -m "not network and not slow"`` is the fast offline lane.
 """
 
 from __future__ import annotations
@@ -50,10 +53,24 @@ def _has_sm120() -> str | None:
     return None
 
 
+#: fixtures that build release wheels/trees/repositories (PyPI downloads on a cold cache): a test
+#: using one, directly or through another fixture, is marked ``network``
+RELEASE_FIXTURES = frozenset({
+    "release34", "mini_series_master", "mini_series", "checkout",  # patchset: vLLM 0.34.0 repo
+    "envs",  # installed: vLLM 0.33.0/0.34.0 pip-installed in venvs
+    "fi_trees", "vllm_tree", "vllm_patched",  # doctor: FlashInfer and vLLM release trees
+    "applied",  # patches: every covered release with its variant applied
+    "runtime_results",  # runtime: patched release trees run in subprocesses
+    "vllm033",  # collect: vLLM 0.33.0 tree
+})
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     gpu_why = None
     sm_why = None
     for item in items:
+        if RELEASE_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.network)
         if "gpu" in item.keywords:
             gpu_why = gpu_why if gpu_why is not None else (_has_cuda() or "")
             if gpu_why:

@@ -46,46 +46,6 @@ CAPABILITY_EDGES: dict[tuple[str, str], str] = {
                              "never imports validate",
 }
 
-#: (importing module, imported module) function-level imports of patchset/ that the "shape"
-#: helper is moving to module level: TEMPORARY, removed when shape lands (issue 15). An entry
-#: that no longer occurs fails the test, so the list only shrinks.
-SHAPE_PENDING_FUNCTION_IMPORTS: set[tuple[str, str]] = {
-    ("sm120kit.patchset.apply", "sm120kit.patchset.port"),
-    ("sm120kit.patchset.apply", "sm120kit.patchset.render"),
-    ("sm120kit.patchset.apply", "sm120kit.patchset.snapshot"),
-    ("sm120kit.patchset.apply", "sm120kit.report"),
-    ("sm120kit.patchset.embedded", "sm120kit.patchset.apply"),
-    ("sm120kit.patchset.embedded", "sm120kit.patchset.release"),
-    ("sm120kit.patchset.export", "sm120kit.patchset.render"),
-    ("sm120kit.patchset.export", "sm120kit.report"),
-    ("sm120kit.patchset.installed", "sm120kit"),
-    ("sm120kit.patchset.installed", "sm120kit.patchset.gitcmd"),
-    ("sm120kit.patchset.installed", "sm120kit.patchset.release"),
-    ("sm120kit.patchset.installed", "sm120kit.report"),
-    ("sm120kit.patchset.listing", "sm120kit.patchset.render"),
-    ("sm120kit.patchset.listing", "sm120kit.report"),
-    ("sm120kit.patchset.port", "sm120kit.patchset.apply"),
-    ("sm120kit.patchset.port", "sm120kit.patchset.gitcmd"),
-    ("sm120kit.patchset.port", "sm120kit.patchset.release"),
-    ("sm120kit.patchset.port", "sm120kit.paths"),
-    ("sm120kit.patchset.rebase", "sm120kit.patchset.gitcmd"),
-    ("sm120kit.patchset.rebase", "sm120kit.patchset.port"),
-    ("sm120kit.patchset.rebase", "sm120kit.patchset.release"),
-    ("sm120kit.patchset.rebase", "sm120kit.patchset.targets"),
-    ("sm120kit.patchset.status", "sm120kit.patchset.patchfile"),
-    ("sm120kit.patchset.status", "sm120kit.patchset.render"),
-    ("sm120kit.patchset.status", "sm120kit.report"),
-    ("sm120kit.patchset.targets", "sm120kit.patchset.gitcmd"),
-    ("sm120kit.patchset.verify", "sm120kit.patchset.render"),
-    ("sm120kit.patchset.verify", "sm120kit.report"),
-}
-#: own-module imports inside ``try/except ImportError`` pending in patchset/: TEMPORARY, removed
-#: when shape lands (``apply.py`` guards its import of the porting engine).
-SHAPE_PENDING_GUARDED_IMPORTS: set[tuple[str, str]] = {
-    ("sm120kit.patchset.apply", "sm120kit.patchset.port"),
-}
-
-
 @dataclass(frozen=True)
 class Edge:
     src: str
@@ -289,21 +249,17 @@ def test_capabilities_import_each_other_only_where_listed() -> None:
 
 
 def test_own_imports_at_module_level() -> None:
-    found = function_level(EDGES)
-    assert found - SHAPE_PENDING_FUNCTION_IMPORTS == set(), (
+    assert function_level(EDGES) == set(), (
         "import our own modules at module level (lazy only for heavy third parties)")
-    assert SHAPE_PENDING_FUNCTION_IMPORTS - found == set(), "gone: drop it from the allowlist"
 
 
 def test_no_import_error_guard_around_own_modules() -> None:
-    found = guarded(EDGES)
-    assert found - SHAPE_PENDING_GUARDED_IMPORTS == set()
-    assert SHAPE_PENDING_GUARDED_IMPORTS - found == set(), "gone: drop it from the allowlist"
+    assert guarded(EDGES) == set()
 
 
 def test_cli_is_the_only_lazy_importer() -> None:
     lazy = {package_of(e.src) for e in EDGES if e.in_function}
-    assert lazy <= {"cli", "patchset"}  # patchset: until shape lands
+    assert lazy <= {"cli"}
 
 
 # --- the checks themselves catch each defect ----------------------------------------------------

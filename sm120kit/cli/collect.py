@@ -3,24 +3,28 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
 import click
+from rich.table import Table
 
+from sm120kit.cli import options
+from sm120kit.collect.attach import attach as do_attach
+from sm120kit.collect.progress import parse_patience
+from sm120kit.collect.snapshot import Options
+from sm120kit.collect.supervise import LaunchOptions, launch
 from sm120kit.errors import ExitCode, UserError
+from sm120kit.report import console, dump_json
 
 
 def _render_launch(res: Any, as_json: bool) -> None:
-    from sm120kit.report import console, dump_json
-
     if as_json:
         dump_json("collect", {"status": res.outcome, **res.to_dict()})
         return
     con = console(stderr=True)
     if res.timeline:
-        from rich.table import Table
-
         t = Table(title="startup phases", show_lines=False)
         t.add_column("phase")
         t.add_column("at (s)", justify="right")
@@ -40,8 +44,6 @@ def _render_launch(res: Any, as_json: bool) -> None:
 
 
 def _render_attach(tb: Path, res: Any, procs: list[Any], as_json: bool) -> None:
-    from sm120kit.report import console, dump_json
-
     if as_json:
         dump_json("collect", {
             "status": "collected", "mode": "attach", "bundle": str(tb),
@@ -50,8 +52,6 @@ def _render_attach(tb: Path, res: Any, procs: list[Any], as_json: bool) -> None:
             "stacks": res.analysis if res else {},
         })
         return
-    from rich.table import Table
-
     con = console(stderr=True)
     t = Table(title="processes")
     for c in ("pid", "label", "role", "state", "where"):
@@ -164,7 +164,7 @@ def _collect_ray(ropts: Any, out_dir: Path, deadline: float, sample_gap: float, 
               help="Judge stalls by output only (no sampling of processes, IO, caches, GPU).")
 @click.option("--status-every", type=float, default=30.0, show_default=True, hidden=True,
               help="Seconds between live status lines while the output is quiet.")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@options.json_option
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def collect_cmd(
     out_dir: Path, attach: str | None, stall_timeout: float, until_ready: bool, deadline: float,
@@ -202,9 +202,6 @@ def collect_cmd(
                 raise UserError(f"--attach expects a PID, got {attach!r}",
                                 hint="sm120kit collect --attach [PID]")
             pid = int(attach)
-        from sm120kit.collect.attach import attach as do_attach
-        from sm120kit.collect.snapshot import Options
-
         opts = Options(deadline_s=deadline, sample_gap_s=sample_gap,
                        stack_method="py-spy" if stacks == "auto" else stacks,
                        doctor=not no_doctor)
@@ -218,13 +215,8 @@ def collect_cmd(
     if not argv:
         raise UserError("no command to launch",
                         hint="sm120kit collect [OPTIONS] -- vllm serve MODEL ...  (or --attach)")
-    import shutil
-
     if shutil.which(argv[0]) is None and not Path(argv[0]).exists():
         raise UserError(f"command not found: {argv[0]}", hint="check PATH / the virtualenv")
-    from sm120kit.collect.progress import parse_patience
-    from sm120kit.collect.supervise import LaunchOptions, launch
-
     lo = LaunchOptions(
         out_dir=out_dir, stall_timeout=stall_timeout, until_ready=until_ready,
         deadline_s=deadline, redact=not no_redact, host_map_file=host_map,

@@ -7,25 +7,27 @@ ready-to-paste ticket comment; ``--json`` the tool envelope around ``DiagnoseRes
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
+from rich.markup import escape
+from rich.table import Table
 
-from sm120kit.report import clip_words, dump_json
-
-if TYPE_CHECKING:
-    from sm120kit.diagnose.engine import DiagnoseResult
+from sm120kit.cli import options
+from sm120kit.diagnose.engine import DiagnoseResult, diagnose
+from sm120kit.errors import UserError
+from sm120kit.report import clip_words, console, dump_json
 
 
 @click.command("diagnose")
 @click.argument("inputs", nargs=-1, required=True)
-@click.option("--json", "as_json", is_flag=True, help="Emit the result as JSON.")
-@click.option("--markdown", is_flag=True, help="Render a ticket comment in Markdown.")
+@options.json_option
+@options.markdown_option
 @click.option("--max-ranks", default=16, show_default=True, help="Rows of the per-rank table.")
 @click.option("--config", "config_path", type=click.Path(), default=None,
               help="The model's config.json (or dir) for kv_capacity / dcp-not-engaged "
               "(default: the model dir or HF cache the log names).")
-def diagnose_cmd(inputs: tuple[str, ...], as_json: bool, markdown: bool, max_ranks: int,
+def diagnose_cmd(inputs: tuple[str, ...], as_json: bool, as_markdown: bool, max_ranks: int,
                  config_path: str | None) -> int:
     """Name the phase, the diverging rank and the likely cause of a vLLM hang or crash.
 
@@ -33,9 +35,6 @@ def diagnose_cmd(inputs: tuple[str, ...], as_json: bool, markdown: bool, max_ran
     a `sm120kit collect` bundle (.tar.gz or directory). Exit 0: nothing wrong found;
     1: findings; 2: unusable input.
     """
-    from sm120kit.diagnose.engine import diagnose
-    from sm120kit.errors import UserError
-
     try:
         res = diagnose(list(inputs), config=config_path)
     except UserError as exc:
@@ -45,7 +44,7 @@ def diagnose_cmd(inputs: tuple[str, ...], as_json: bool, markdown: bool, max_ran
         raise
     if as_json:
         dump_json("diagnose", res.to_dict())
-    elif markdown:
+    elif as_markdown:
         click.echo(render_markdown(res, max_ranks=max_ranks))
     else:
         render_human(res, max_ranks=max_ranks)
@@ -83,11 +82,6 @@ def _rank_rows(res: DiagnoseResult, max_ranks: int) -> list[list[str]]:
 
 
 def render_human(res: DiagnoseResult, max_ranks: int = 16) -> None:
-    from rich.markup import escape
-    from rich.table import Table
-
-    from sm120kit.report import console
-
     con = console()
     style = "bold red" if res.findings else "green"
     con.print(f"[{style}]{escape(res.verdict)}[/{style}]")

@@ -6,6 +6,11 @@ import sys
 
 import click
 
+from sm120kit.cli import options
+from sm120kit.doctor import run_doctor
+from sm120kit.doctor.render import render_markdown, render_table
+from sm120kit.report import console, dump_json
+
 
 @click.command("doctor", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--tier", type=click.IntRange(0, 2), default=1, show_default=True,
@@ -25,13 +30,13 @@ import click
               help="Memory per GPU in GiB for the capacity planner (default: NVML).")
 @click.option("--log", "log_path", type=click.Path(dir_okay=False), default=None,
               help="A vLLM server log: report kv_capacity and whether DCP engaged.")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-@click.option("--markdown", "as_md", is_flag=True, help="Print the report as Markdown.")
+@options.json_option
+@options.markdown_option
 @click.option("--root", default="/", hidden=True, help="Root of procfs/sysfs (tests).")
 @click.argument("launch", nargs=-1, type=click.UNPROCESSED)
 def doctor_cmd(tier: int, deep: bool, layout: bool, only: tuple[str, ...],
                config_path: str | None, dcp: int | None, tp: int | None, max_model_len: int | None,
-               gpu_mem_gib: float | None, log_path: str | None, as_json: bool, as_md: bool,
+               gpu_mem_gib: float | None, log_path: str | None, as_json: bool, as_markdown: bool,
                root: str, launch: tuple[str, ...]) -> int:
     """Judge FlashInfer, SM120 GPUs, the planned launch and the host before a DCP start.
 
@@ -41,9 +46,7 @@ def doctor_cmd(tier: int, deep: bool, layout: bool, only: tuple[str, ...],
 
     Exit code: 0 all ok, 1 warnings, 2 failures.
     """
-    from sm120kit.doctor import run_doctor
-
-    if as_json and as_md:
+    if as_json and as_markdown:
         raise click.UsageError("--json and --markdown are exclusive")
     top = 2 if deep else tier
     report = run_doctor(tiers=tuple(range(top + 1)), launch_argv=list(launch) or None,
@@ -52,16 +55,9 @@ def doctor_cmd(tier: int, deep: bool, layout: bool, only: tuple[str, ...],
                         layout=layout,
                         only=list(only) or None, root=root)
     if as_json:
-        from sm120kit.report import dump_json
-
         dump_json("doctor", report.to_dict())
-    elif as_md:
-        from sm120kit.doctor.render import render_markdown
-
+    elif as_markdown:
         sys.stdout.write(render_markdown(report))
     else:
-        from sm120kit.doctor.render import render_table
-        from sm120kit.report import console
-
         render_table(report, console())
     return report.exit_code

@@ -8,8 +8,15 @@ from typing import Any
 
 import click
 
-from sm120kit.cli.patch import _emit, _json_errors, _progress, json_option, repo_option
+from sm120kit.cli import options
+from sm120kit.cli.output import emit, json_errors, progress
 from sm120kit.errors import ExitCode, UserError
+from sm120kit.facts.series import load_series
+from sm120kit.gitrun import rev_parse, run_git
+from sm120kit.patchset.installed import revert_installed
+from sm120kit.patchset.markers import marker_files, read_revisions, variant_marker_states
+from sm120kit.patchset.rebase import rebase_variant, refresh_variant
+from sm120kit.patchset.targets import require_repo, resolve_repo
 
 
 @dataclass
@@ -32,11 +39,6 @@ class BranchRevertResult:
 
 
 def _revert_branch(repo: Path | None, alias: str | None, into: str | None) -> BranchRevertResult:
-    from sm120kit.facts.series import load_series
-    from sm120kit.patchset.gitcmd import rev_parse, run_git
-    from sm120kit.patchset.markers import marker_files, read_revisions, variant_marker_states
-    from sm120kit.patchset.targets import require_repo
-
     root = require_repo(repo, "revert")
     if not (alias or into):
         raise UserError("revert on a checkout needs --branch ALIAS or --into BRANCH",
@@ -60,67 +62,57 @@ def _revert_branch(repo: Path | None, alias: str | None, into: str | None) -> Br
 
 
 @click.command("revert")
-@click.option("--installed", is_flag=True, help="Restore the installed vLLM's original files.")
-@click.option("--python", "python", default=None, metavar="PATH", help="With --installed: that interpreter.")
-@click.option("--state-dir", type=click.Path(path_type=Path), default=None, help="With --installed: state directory used at apply time.")
+@options.installed_options
 @click.option("--force", is_flag=True, help="With --installed: restore even files edited after the apply.")
-@repo_option
-@click.option("--branch", "alias", default=None, metavar="ALIAS", help="On a checkout: delete sm120kit/dcp-ALIAS.")
+@options.repo_option
+@options.branch_option("On a checkout: delete sm120kit/dcp-ALIAS.")
 @click.option("--into", default=None, metavar="BRANCH", help="On a checkout: the result branch to delete.")
-@json_option
-@_json_errors("revert")
+@options.json_option
+@json_errors("revert")
 def revert_cmd(installed: bool, python: str | None, state_dir: Path | None, force: bool,
                repo: Path | None, alias: str | None, into: str | None, as_json: bool) -> int:
     """Undo an apply: original bytes of an installed vLLM, or delete the result branch."""
     if installed:
-        from sm120kit.patchset.installed import revert_installed
-
-        return _emit("revert", revert_installed(python=python, state_dir=state_dir, force=force),
+        return emit("revert", revert_installed(python=python, state_dir=state_dir, force=force),
                      as_json)
-    return _emit("revert", _revert_branch(repo, alias, into), as_json)
+    return emit("revert", _revert_branch(repo, alias, into), as_json)
 
 
 @click.command("rebase")
 @click.option("--onto", required=True, metavar="ALIAS_OR_REF", help="Release alias, fork alias, or a ref in --repo.")
-@repo_option
+@options.repo_option
 @click.option("--from", "from_variant", default=None, metavar="VARIANT", help="Source variant or alias (default: nearest).")
 @click.option("--name", default=None, metavar="NEW", help="Name of the new variant (default vX.Y.Z / the ref).")
 @click.option("--write", is_flag=True, help="Write into the checkout's patches/ (default: a copy in --output).")
 @click.option("--output", "-o", type=click.Path(path_type=Path), default=None, help="New directory for the patches copy (default: a temp dir).")
 @click.option("--report-dir", type=click.Path(path_type=Path), default=None, help="Where a conflict report goes (default: a temp dir).")
-@json_option
-@_json_errors("rebase")
+@options.json_option
+@json_errors("rebase")
 def rebase_cmd(onto: str, repo: Path | None, from_variant: str | None, name: str | None,
                write: bool, output: Path | None, report_dir: Path | None, as_json: bool) -> int:
     """3-way port a variant onto a new release or branch and write it as a new variant."""
-    from sm120kit.patchset.rebase import rebase_variant
-    from sm120kit.patchset.targets import resolve_repo
-
     if write and output:
         raise UserError("--write and --output exclude each other")
     root = resolve_repo(repo) if repo is not None else None
     res = rebase_variant(onto, repo=root, from_variant=from_variant, name=name, write=write,
-                         output=output, report_dir=report_dir, progress=_progress())
-    return _emit("rebase", res, as_json)
+                         output=output, report_dir=report_dir, progress=progress())
+    return emit("rebase", res, as_json)
 
 
 @click.command("refresh")
 @click.argument("variant")
 @click.option("--from", "from_branch", required=True, metavar="BRANCH", help="Branch carrying the patches as commits.")
-@repo_option
+@options.repo_option
 @click.option("--base", default=None, metavar="REF", help="Commit below the patches (default v<base_release>).")
 @click.option("--write", is_flag=True, help="Write into the checkout's patches/ (default: a copy in --output).")
 @click.option("--output", "-o", type=click.Path(path_type=Path), default=None, help="New directory for the patches copy (default: a temp dir).")
-@json_option
-@_json_errors("refresh")
+@options.json_option
+@json_errors("refresh")
 def refresh_cmd(variant: str, from_branch: str, repo: Path | None, base: str | None,
                 write: bool, output: Path | None, as_json: bool) -> int:
     """Regenerate VARIANT's patch files (full-index) and manifest entry from BRANCH's commits."""
-    from sm120kit.patchset.rebase import refresh_variant
-    from sm120kit.patchset.targets import require_repo
-
     if write and output:
         raise UserError("--write and --output exclude each other")
     root = require_repo(repo, "refresh")
     res = refresh_variant(variant, from_branch, repo=root, base=base, write=write, output=output)
-    return _emit("refresh", res, as_json)
+    return emit("refresh", res, as_json)

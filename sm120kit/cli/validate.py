@@ -11,7 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from sm120kit.cli import options
 from sm120kit.errors import UserError
+from sm120kit.report import console, dump_json, styled
+from sm120kit.validate.launch import LaunchSettings, validate_launch
+from sm120kit.validate.run import ValidateOptions, validate
 
 if TYPE_CHECKING:
     from sm120kit.validate.model import Check, ValidateResult
@@ -47,14 +51,14 @@ def _ints(value: str | None, name: str) -> list[int] | None:
               help="Launch mode: seconds a server may take to become ready.")
 @click.option("--stall-timeout", default=300.0, show_default=True,
               help="Launch mode: seconds of server silence that count as a hang.")
-@click.option("--json", "as_json", is_flag=True, help="Emit the result as JSON.")
-@click.option("--markdown", is_flag=True, help="Render a ticket comment in Markdown.")
+@options.json_option
+@options.markdown_option
 @click.argument("launch", nargs=-1, type=click.UNPROCESSED)
 def validate_cmd(url: str | None, reference_url: str | None, model: str | None, dcp: int | None,
                  interleave: int | None, block_size: int | None, lengths: str | None,
                  prompt_lengths: str | None, max_tokens: int, top_logprobs: int, timeout: float,
                  out_dir: Path, ready_timeout: float, stall_timeout: float,
-                 as_json: bool, markdown: bool, launch: tuple[str, ...]) -> int:
+                 as_json: bool, as_markdown: bool, launch: tuple[str, ...]) -> int:
     """Prove DCP computes what DCP 1 computes: greedy logprobs and needles on every rank.
 
     Against running servers: `sm120kit validate --url http://HOST:PORT --reference-url
@@ -63,9 +67,6 @@ def validate_cmd(url: str | None, reference_url: str | None, model: str | None, 
     same line relaunched with DCP 1 unless --reference-url is given). Exit 0 pass, 1 suspicious,
     2 fail or bad input.
     """
-    from sm120kit.validate.launch import LaunchSettings, validate_launch
-    from sm120kit.validate.run import ValidateOptions, validate
-
     argv = [a for a in launch]
     if argv and argv[0] == "--":
         argv = argv[1:]
@@ -81,28 +82,24 @@ def validate_cmd(url: str | None, reference_url: str | None, model: str | None, 
         block_size=block_size, lengths=_ints(lengths, "--lengths"),
         prompt_lengths=_ints(prompt_lengths, "--prompt-lengths"), max_tokens=max_tokens,
         top_logprobs=top_logprobs, timeout=timeout)
-    progress = None if (as_json or markdown) else _progress()
+    progress = None if (as_json or as_markdown) else _progress()
     if argv:
         settings = LaunchSettings(out_dir=out_dir, ready_timeout=ready_timeout,
                                   stall_timeout=stall_timeout)
         res = validate_launch(argv, opts, settings, progress=progress)
     else:
         res = validate(opts, progress=progress)
-    render(res, as_json=as_json, markdown=markdown)
+    render(res, as_json=as_json, markdown=as_markdown)
     return res.exit_code
 
 
 def _progress() -> Any:
-    from sm120kit.report import console
-
     con = console(stderr=True)
     return lambda msg: con.print(f"[dim]… {msg}[/dim]")
 
 
 def render(res: ValidateResult, *, as_json: bool, markdown: bool) -> None:
     if as_json:
-        from sm120kit.report import dump_json
-
         dump_json("validate", {"status": res.verdict.value, **res.to_dict()})
     elif markdown:
         click.echo(render_markdown(res))
@@ -170,8 +167,6 @@ def _head_lines(res: ValidateResult) -> list[str]:
 def render_human(res: ValidateResult) -> None:
     from rich.markup import escape
     from rich.table import Table
-
-    from sm120kit.report import console, styled
 
     con = console()
     style = {"pass": "green", "suspicious": "yellow", "fail": "bold red"}[res.verdict.value]

@@ -8,15 +8,18 @@ from typing import Any
 
 import click
 
+from sm120kit.cli import options
 from sm120kit.errors import UserError
-
-json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+from sm120kit.facts.dcp import plan_for
+from sm120kit.facts.serve_args import ServeArgs, parse_human_int, parse_serve_args
+from sm120kit.report import console, dump_json
+from sm120kit.warmup import runner
+from sm120kit.warmup.config import RunConfig, parse_inject_stall
+from sm120kit.warmup.render import LiveProgress, render_plan, render_result
 
 
 def _serve(args: tuple[str, ...], **ours: Any) -> Any:
     """The launch line after ``--`` with this command's options winning (ServeArgs.override)."""
-    from sm120kit.facts.serve_args import ServeArgs, parse_human_int, parse_serve_args
-
     sa = parse_serve_args(list(args)) if args else ServeArgs()
     for key in ("max_model_len", "max_num_batched_tokens"):
         if ours.get(key) is not None:
@@ -37,7 +40,7 @@ def warmup_group() -> None:
 @click.option("--mtp", type=int, default=None, help="Speculative (MTP) tokens per step [0].")
 @click.option("--max-model-len", default=None, help="Clamp: prompt + decode + 1 <= this.")
 @click.option("--max-num-batched-tokens", default=None, help="Clamp: prompt <= this.")
-@json_option
+@options.json_option
 @click.argument("serve_args", nargs=-1, type=click.UNPROCESSED)
 def plan_cmd(
     dcp: int | None,
@@ -54,9 +57,6 @@ def plan_cmd(
 
     Values come from the options, else from `-- vllm serve ...` arguments after `--`.
     """
-    from sm120kit.facts.dcp import plan_for
-    from sm120kit.report import console, dump_json
-
     sa = _serve(serve_args, dcp=dcp, block_size=block_size, interleave=interleave,
                 max_num_seqs=max_num_seqs, mtp=mtp, max_model_len=max_model_len,
                 max_num_batched_tokens=max_num_batched_tokens)
@@ -69,8 +69,6 @@ def plan_cmd(
     if as_json:
         dump_json("warmup plan", wp.to_dict())
     else:
-        from sm120kit.warmup.render import render_plan
-
         render_plan(wp, console())
     return 1 if wp.status == "warn" else 0
 
@@ -81,8 +79,13 @@ def _under_torchrun() -> bool:
 
 @warmup_group.command("run")
 @click.option("--dcp", type=int, default=None, help="DCP ranks to spawn (torchrun: WORLD_SIZE).")
-@click.option("--backend", type=click.Choice(["reference", "flashinfer"]), default="reference")
-@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu")
+@click.option("--backend", type=click.Choice(["reference", "flashinfer"]), default="reference",
+              show_default=True,
+              help="Partial attention: sm120kit's torch reference, or FlashInfer's SM120 sparse "
+              "MLA kernel (needs flashinfer and an SM120 GPU).")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
+              help="Where the ranks compute: cpu (any machine) or cuda (one GPU per rank with "
+              "NCCL, or shared with --dist-backend gloo).")
 @click.option(
     "--dist-backend",
     type=click.Choice(["auto", "nccl", "gloo"]),
@@ -91,7 +94,10 @@ def _under_torchrun() -> bool:
     help="Collectives: auto = NCCL on cuda (one GPU per rank), gloo on cpu; gloo with --device "
     "cuda lets several ranks share a GPU (host-staged collectives).",
 )
-@click.option("--plan", "plan_name", type=click.Choice(["fixed", "unpatched"]), default="fixed")
+@click.option("--plan", "plan_name", type=click.Choice(["fixed", "unpatched"]), default="fixed",
+              show_default=True,
+              help="Warmup prompt: fixed = the patched series' N*B tokens (every rank holds KV), "
+              "unpatched = vLLM's 2-token prompt (ranks without local KV).")
 @click.option("--heads-per-rank", type=int, default=8, show_default=True)
 @click.option("--topk", type=int, default=2048, show_default=True)
 @click.option("--kv-lora-rank", type=int, default=512, show_default=True)
@@ -101,10 +107,15 @@ def _under_torchrun() -> bool:
 @click.option("--batch", type=int, default=1, show_default=True, help="Decode requests.")
 @click.option("--mtp", type=int, default=None, help="MTP draft tokens per request [0].")
 @click.option("--seq-len", type=int, default=None, help="KV tokens per request (default: plan).")
-@click.option("--max-model-len", default=None)
-@click.option("--max-num-batched-tokens", default=None)
+@click.option("--max-model-len", default=None, metavar="N",
+              help="Clamp the plan: prompt + decode + 1 <= N (accepts 128k, 1M).")
+@click.option("--max-num-batched-tokens", default=None, metavar="N",
+              help="Clamp the plan: prompt <= N (accepts 16k).")
 @click.option("--lse-base", type=click.Choice(["2", "e"]), default="2", show_default=True)
-@click.option("--merge", type=click.Choice(["ag_rs", "a2a", "both"]), default="both")
+@click.option("--merge", type=click.Choice(["ag_rs", "a2a", "both"]), default="both",
+              show_default=True,
+              help="How partial outputs are merged across ranks: all-gather + reduce-scatter, "
+              "all-to-all, or both (each compared with single-rank attention).")
 @click.option(
     "--scale-format",
     type=click.Choice(["arbitrary_fp32", "pow2_fp32"]),
@@ -119,7 +130,7 @@ def _under_torchrun() -> bool:
 @click.option("--bundle-deadline", type=float, default=30.0, show_default=True)
 @click.option("--autotune-cache", type=click.Path(dir_okay=False), default=None)
 @click.option("--seed", type=int, default=0, show_default=True)
-@json_option
+@options.json_option
 @click.argument("serve_args", nargs=-1, type=click.UNPROCESSED)
 def run_cmd(
     dcp: int | None,
@@ -157,9 +168,6 @@ def run_cmd(
     attention with LSE, ag_rs/a2a merge with real collectives, compared with single-rank
     attention. Exit 0 pass, 1 pass with zero-local-KV ranks, 2 failure or stall.
     """
-    from sm120kit.report import console, dump_json
-    from sm120kit.warmup.config import RunConfig, parse_inject_stall
-
     torchrun = _under_torchrun()
     sa = _serve(serve_args, dcp=dcp, block_size=block_size, interleave=interleave, mtp=mtp,
                 max_model_len=max_model_len, max_num_batched_tokens=max_num_batched_tokens)
@@ -190,28 +198,26 @@ def run_cmd(
         threshold=threshold,
         seed=seed,
     )
-    from sm120kit.warmup import runner
-
-    if torchrun:
-        res = runner.run_under_torchrun(cfg)
-        if res is None:
-            return 0
-    elif not as_json and sys.stderr.isatty():
-        from sm120kit.warmup.render import LiveProgress
-
-        with LiveProgress(cfg.dcp) as live:
-            res = runner.run_warmup(cfg, on_update=live.update, on_log=live.log)
-    else:
-        err = console(stderr=True)
-
-        def log(rank: int, pid: int | None, text: str) -> None:
-            err.print(f"(Warmup_DCP{rank} pid={pid}) {text}", markup=False)
-
-        res = runner.run_warmup(cfg, on_log=log)
+    res = _run(cfg, as_json)
+    if res is None:  # a torchrun rank other than the reporting one
+        return 0
     if as_json:
         dump_json("warmup run", res.to_dict())
     else:
-        from sm120kit.warmup.render import render_result
-
         render_result(res, console())
     return res.exit_code
+
+
+def _run(cfg: RunConfig, as_json: bool) -> runner.RunResult | None:
+    """Run under torchrun, with the live progress display (a terminal), or logging to stderr."""
+    if _under_torchrun():
+        return runner.run_under_torchrun(cfg)
+    if not as_json and sys.stderr.isatty():
+        with LiveProgress(cfg.dcp) as live:
+            return runner.run_warmup(cfg, on_update=live.update, on_log=live.log)
+    err = console(stderr=True)
+
+    def log(rank: int, pid: int | None, text: str) -> None:
+        err.print(f"(Warmup_DCP{rank} pid={pid}) {text}", markup=False)
+
+    return runner.run_warmup(cfg, on_log=log)

@@ -144,7 +144,7 @@ def _stack_targets(procs: list[Proc], opts: Options) -> list[Proc]:
     return pr[: opts.max_stack_procs]
 
 
-def _collect_stacks(
+def _collect_stacks(  # noqa: C901  (to split: one branch per stack source/fallback (issue 15))
     bundle: Bundle, procs: list[Proc], opts: Options, ctx: CollectContext, rec: CollectorRecord,
     runner: _Runner, out: dict[int, dict[str, Any]],
 ) -> None:
@@ -157,7 +157,7 @@ def _collect_stacks(
     use_pyspy = opts.stack_method in ("auto", "py-spy") and exe is not None
     notes: list[str] = []
     if opts.stack_method in ("auto", "py-spy") and exe is None:
-        notes.append("py-spy is not installed: pip install py-spy (or sm120kit[diag])")
+        notes.append("py-spy is not installed (a dependency of sm120kit): pip install py-spy")
     labels = {p.pid: p.label for p in procs}
     can_fh = ctx.fh_dir is not None
 

@@ -46,6 +46,7 @@ present (and the patch not applied) → upstream already has the change; an empt
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -146,11 +147,22 @@ class Series:
         try:
             return self.targets[alias]
         except KeyError:
+            near = self.near_aliases(alias)
             known = ", ".join(sorted(self.targets)) or "(none)"
             raise UserError(
-                f"unknown branch alias {alias!r}; known aliases: {known}",
+                f"unknown branch alias {alias!r}"
+                + (f"; did you mean {' or '.join(near)}?" if near else "")
+                + f" (known aliases: {known})",
                 hint="`sm120kit targets` lists them with their status",
             ) from None
+
+    def near_aliases(self, alias: str) -> list[str]:
+        """Known aliases close to ``alias`` (``0.34.0`` -> ``vllm-0.34.0``), best first."""
+        low = alias.strip().lower()
+        exact = [a for a in self.targets if a.lower() in (low, f"vllm-{low.lstrip('v')}")]
+        if exact:
+            return exact
+        return difflib.get_close_matches(low, list(self.targets), n=2, cutoff=0.75)
 
     def variant(self, name: str) -> Variant:
         try:

@@ -13,14 +13,15 @@ Order of work (nothing is written before the last step succeeds):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from sm120kit.errors import ExitCode, UserError
 from sm120kit.facts.series import Series, Target, Variant
+from sm120kit.gitrun import resolve_many, run_git, tree_modes
 from sm120kit.patchset import gitengine as ge
-from sm120kit.patchset.gitcmd import resolve_many, run_git, tree_modes
 from sm120kit.patchset.markers import (
     MarkerState,
     all_in,
@@ -29,7 +30,11 @@ from sm120kit.patchset.markers import (
     variant_marker_states,
 )
 from sm120kit.patchset.patchfile import ParsedPatch, check_patch_paths, parse_patch, prefixes
+from sm120kit.patchset.port import PortResult, fork_clone, port_series, resolve_base
+from sm120kit.patchset.render import new_table
+from sm120kit.patchset.snapshot import git_dirs
 from sm120kit.patchset.targets import DEFAULT_BRANCH_PREFIX, fetch_hint, select
+from sm120kit.report import styled, to_jsonable
 
 
 class ApplyFailed(UserError):
@@ -40,19 +45,26 @@ class ApplyFailed(UserError):
         self.details = details
 
 
+PatchState = Literal[
+    "applied", "already-applied", "upstream", "would-apply", "failed", "not-attempted"
+]
+ApplyStatus = Literal["applied", "already-applied", "not-needed", "would-apply"]
+ApplyKind = Literal["git", "embedded"]
+
+
 @dataclass
 class PatchOutcome:
     file: str
     subject: str
-    state: str  # applied | already-applied | upstream | would-apply | failed | not-attempted
+    state: PatchState
 
 
 @dataclass
 class ApplyResult:
-    status: str  # applied | already-applied | not-needed | would-apply
+    status: ApplyStatus
     alias: str
     variant: str
-    kind: str  # git | embedded
+    kind: ApplyKind
     repo: str
     base: str
     base_commit: str
@@ -68,16 +80,11 @@ class ApplyResult:
         return ExitCode.FINDINGS if self.status == "would-apply" else ExitCode.OK
 
     def to_dict(self) -> dict[str, Any]:
-        from sm120kit.report import to_jsonable
-
         d: dict[str, Any] = to_jsonable(self)
         d["exit_code"] = int(self.exit_code)
         return d
 
     def render(self, console: Any) -> None:
-        from sm120kit.patchset.render import new_table
-        from sm120kit.report import styled
-
         table = new_table(
             f"sm120kit apply {self.alias} (variant {self.variant})", "#", "patch", "subject", "result"
         )
@@ -117,47 +124,48 @@ def _failure_hint(target: Target, failure: ge.AmFailure) -> str:
     )
 
 
-def _try_port(
-    repo: Path, alias: str, base: str | None, into: str, from_alias: str | None, dry_run: bool
-) -> Any | None:
-    """Hand over to the 3-way porting engine (``sm120kit.patchset.port``) when it is installed."""
-    try:
-        from sm120kit.patchset import port
-    except ImportError:
-        return None
-    fn = getattr(port, "port_series", None)
-    if fn is None:
-        return None
-    import inspect
-
-    kwargs: dict[str, Any] = dict(repo=repo, alias=alias, base=base, into=into, from_alias=from_alias)
-    if "dry_run" in inspect.signature(fn).parameters:
-        kwargs["dry_run"] = dry_run
-    return fn(**kwargs)
+#: what ``apply`` on a checkout returns: the ``git am`` engine's result or the 3-way port's
+CheckoutResult = ApplyResult | PortResult
 
 
-def apply_to_checkout(
-    series: Series,
-    alias: str,
-    repo: Path,
-    *,
-    base: str | None = None,
-    into: str | None = None,
-    checkout: bool = False,
-    dry_run: bool = False,
-    from_alias: str | None = None,
-    port: bool | None = None,
-    kind: str = "git",
-) -> Any:
-    """Apply ``alias``'s variant to the git checkout ``repo`` (see the module doc).
+def _port(
+    series: Series, repo: Path, alias: str, base: str | None, into: str,
+    from_alias: str | None, dry_run: bool,
+) -> PortResult:
+    """Hand over to the 3-way porting engine (:func:`sm120kit.patchset.port.port_series`)."""
+    return port_series(repo, alias, base, into, from_alias, series=series, dry_run=dry_run)
 
-    Returns an :class:`ApplyResult` (or the porting engine's result object when porting ran).
-    Raises :class:`UserError` / :class:`ApplyFailed`; on every error path the checkout is unchanged.
-    """
-    target, variant = select(series, alias, from_alias)
-    parsed = load_patches(variant)
-    repo = Path(repo)
-    git_dir = repo / ".git" if (repo / ".git").is_dir() else ge_dirs(repo)[0]
+
+@dataclass
+class _Plan:
+    """What the checks established before anything is applied."""
+
+    target: Target
+    variant: Variant
+    parsed: list[ParsedPatch]
+    base_ref: str
+    base_commit: str
+    head_commit: str | None
+    existing: str | None  # the result branch's commit when it already exists
+    into: str
+    port_allowed: bool
+    kind: ApplyKind
+    repo: Path
+    alias: str
+
+    def result(self, status: ApplyStatus, commit: str | None, patches: list[PatchOutcome],
+               message: str, checked_out: bool = False) -> ApplyResult:
+        return ApplyResult(
+            status=status, alias=self.alias, variant=self.variant.name, kind=self.kind,
+            repo=str(self.repo), base=self.base_ref, base_commit=self.base_commit,
+            branch=self.into, commit=commit, checked_out=checked_out, message=message,
+            patches=patches,
+        )
+
+
+def _check_clean(repo: Path) -> None:
+    """No uncommitted changes and no am/rebase/merge in progress (else: UserError)."""
+    git_dir = repo / ".git" if (repo / ".git").is_dir() else git_dirs(repo)[0]
     dirty = ge.dirty_paths(repo)
     if dirty:
         shown = ", ".join(dirty[:8]) + (f" (+{len(dirty) - 8} more)" if len(dirty) > 8 else "")
@@ -171,114 +179,104 @@ def apply_to_checkout(
             f"{repo} is in the middle of {busy}",
             hint="finish or abort it first; nothing was changed",
         )
+
+
+def _outcomes(states: list[MarkerState]) -> list[PatchOutcome]:
+    return [
+        PatchOutcome(
+            s.patch.file, s.patch.subject,
+            "already-applied" if s.applied else ("upstream" if s.upstream else "not-attempted"),
+        )
+        for s in states
+    ]
+
+
+def _existing_branch(
+    plan: _Plan, states: list[MarkerState], checkout: bool, dry_run: bool
+) -> ApplyResult:
+    """The result branch exists: it carries the series (check it out if asked) or it is an error."""
+    if not all_in(states):
+        raise UserError(
+            f"branch {plan.into} exists and does not carry the {plan.variant.name} series",
+            hint=f"pass --into NEW_BRANCH, or delete it (`git branch -D {plan.into}`)",
+        )
+    msg = f"already applied: branch {plan.into} carries the series"
+    done = False
+    if checkout and not dry_run:
+        current = run_git(["symbolic-ref", "--quiet", "HEAD"], plan.repo, check=False)
+        if current.stdout.strip() == f"refs/heads/{plan.into}":
+            done = True
+        else:
+            ge.ensure_writable(plan.repo, [p for pp in plan.parsed for p in pp.paths()])
+            done, note = _checkout(plan.repo, plan.into)
+            msg += note
+    return plan.result("already-applied", plan.existing, _outcomes(states), msg, done)
+
+
+def _already_done(
+    plan: _Plan, states: dict[str, list[MarkerState]], checkout: bool, dry_run: bool
+) -> ApplyResult | None:
+    """``already-applied`` / ``not-needed`` from the markers at the branch, HEAD and the base."""
+    if plan.existing:
+        return _existing_branch(plan, states[plan.existing], checkout, dry_run)
+    head = states.get("HEAD")
+    if plan.head_commit and head and all_in(head) and any(s.applied for s in head):
+        return plan.result("already-applied", plan.head_commit, _outcomes(head),
+                           "already applied: HEAD carries the series")
+    base_states = states[plan.base_commit]
+    if all(s.upstream for s in base_states) or (
+        all_in(base_states) and not any(s.applied for s in base_states)
+    ):
+        return plan.result("not-needed", plan.base_commit, _outcomes(base_states),
+                           f"not needed: {plan.base_ref} already has DCP support upstream")
+    if all_in(base_states):
+        return plan.result("already-applied", plan.base_commit, _outcomes(base_states),
+                           f"already applied: {plan.base_ref} carries the series")
+    return None
+
+
+def _plan(
+    series: Series, alias: str, repo: Path, base: str | None, into: str | None,
+    from_alias: str | None, port: bool | None, kind: ApplyKind,
+) -> _Plan | str:
+    """Steps 1-3 of the module doc. A str: the base ref is missing and porting may find it."""
+    target, variant = select(series, alias, from_alias)
+    parsed = load_patches(variant)
+    _check_clean(repo)
     base_ref = base or target.base_ref or ("HEAD" if from_alias else "")
     if not base_ref:
         raise UserError(f"{alias} has no base ref", hint="pass --base REF")
     port_allowed = port if port is not None else bool(from_alias or target.port_from)
     into = into or f"{DEFAULT_BRANCH_PREFIX}{alias}"
     ids = resolve_many(repo, [f"{base_ref}^{{commit}}", "HEAD^{commit}", f"refs/heads/{into}"])
-    base_commit = ids[f"{base_ref}^{{commit}}"]
-    if base_ref.startswith("-"):
-        base_commit = None
-    if base_commit is None and port_allowed and not base:
-        # e.g. a fork whose base is a remote branch: the porting engine knows how to find it
-        ported = _try_port(repo, alias, base, into, from_alias, dry_run)
-        if ported is not None:
-            return ported
+    base_commit = None if base_ref.startswith("-") else ids[f"{base_ref}^{{commit}}"]
     if base_commit is None:
+        if port_allowed and not base:
+            return into  # e.g. a fork whose base is a remote branch: the port engine finds it
         raise UserError(
             f"base ref {base_ref} is not in {repo}",
             hint=fetch_hint(repo, base_ref) if not base else "check the name given to --base",
         )
     check_safe_paths(repo, base_commit, parsed)
     ge.check_branch_name(repo, into)
+    return _Plan(target, variant, parsed, base_ref, base_commit, ids["HEAD^{commit}"],
+                 ids[f"refs/heads/{into}"], into, port_allowed, kind, repo, alias)
 
-    common: dict[str, Any] = dict(
-        alias=alias, variant=variant.name, kind=kind, repo=str(repo), base=base_ref,
-        base_commit=base_commit, branch=into,
-    )
-    files = marker_files(variant)
-    existing = ids[f"refs/heads/{into}"]
-    revs = [base_commit, "HEAD"] + ([existing] if existing else [])
-    head_commit = ids["HEAD^{commit}"]
-    if head_commit is None:
-        revs.remove("HEAD")
-    contents = read_revisions(repo, revs, files)
-    states = {r: variant_marker_states(variant, contents[r]) for r in revs}
 
-    def outcomes(st: list[MarkerState], default: str) -> list[PatchOutcome]:
-        return [
-            PatchOutcome(
-                s.patch.file, s.patch.subject,
-                "already-applied" if s.applied else ("upstream" if s.upstream else default),
-            )
-            for s in st
-        ]
+def _marker_states(plan: _Plan) -> dict[str, list[MarkerState]]:
+    revs = [plan.base_commit]
+    if plan.head_commit is not None:
+        revs.append("HEAD")
+    if plan.existing:
+        revs.append(plan.existing)
+    contents = read_revisions(plan.repo, revs, marker_files(plan.variant))
+    return {r: variant_marker_states(plan.variant, contents[r]) for r in revs}
 
-    if existing:
-        if all_in(states[existing]):
-            msg = f"already applied: branch {into} carries the series"
-            done = False
-            if checkout and not dry_run:
-                current = run_git(["symbolic-ref", "--quiet", "HEAD"], repo, check=False)
-                if current.stdout.strip() == f"refs/heads/{into}":
-                    done = True
-                else:
-                    ge.ensure_writable(repo, [p for pp in parsed for p in pp.paths()])
-                    done, note = _checkout(repo, into)
-                    msg += note
-            return ApplyResult(
-                status="already-applied", commit=existing, patches=outcomes(states[existing], "?"),
-                checked_out=done, message=msg, **common,
-            )
-        raise UserError(
-            f"branch {into} exists and does not carry the {variant.name} series",
-            hint=f"pass --into NEW_BRANCH, or delete it (`git branch -D {into}`)",
-        )
-    if head_commit and all_in(states["HEAD"]) and any(s.applied for s in states["HEAD"]):
-        return ApplyResult(
-            status="already-applied", commit=head_commit, patches=outcomes(states["HEAD"], "?"),
-            message="already applied: HEAD carries the series", **common,
-        )
-    base_states = states[base_commit]
-    if all(s.upstream for s in base_states) or (
-        all_in(base_states) and not any(s.applied for s in base_states)
-    ):
-        return ApplyResult(
-            status="not-needed", commit=base_commit, patches=outcomes(base_states, "?"),
-            message=f"not needed: {base_ref} already has DCP support upstream", **common,
-        )
-    if all_in(base_states):
-        return ApplyResult(
-            status="already-applied", commit=base_commit, patches=outcomes(base_states, "?"),
-            message=f"already applied: {base_ref} carries the series", **common,
-        )
-    todo = [pp for pp, s in zip(parsed, base_states, strict=True) if not (s.applied or s.upstream)]
-    if checkout:
-        ge.ensure_writable(repo, [p for pp in todo for p in pp.paths()])
 
-    wa = ge.apply_patches_in_worktree(repo, base_commit, todo)
-    if not wa.ok:
-        assert wa.failure is not None
-        if port_allowed:
-            ported = _try_port(repo, alias, base, into, from_alias, dry_run)
-            if ported is not None:
-                return ported
-        f = wa.failure
-        if port is not False and f.reason == "missing-preimage" and target.release:
-            # the alias names the release the preimages come from: port from it, no --from needed
-            ported = _try_port(repo, alias, base_commit, into, alias, dry_run)
-            if ported is not None:
-                ported.note = (f"git am -3 lacks the preimage blobs of vllm {target.release}: "
-                               f"ported from that release (as with --from {alias})")
-                return ported
-        raise ApplyFailed(
-            f"{f.message()}; nothing was changed",
-            _failure_hint(target, f),
-            {"status": "failed", "failure": f.to_dict(), **common},
-        )
-    assert wa.commit is not None
-    after = variant_marker_states(variant, read_revisions(repo, [wa.commit], files)[wa.commit])
+def _check_result_markers(plan: _Plan, commit: str) -> None:
+    """Step 5's re-check: the result commit carries every applied-marker (else: UserError)."""
+    files = marker_files(plan.variant)
+    after = variant_marker_states(plan.variant, read_revisions(plan.repo, [commit], files)[commit])
     if not all_in(after):
         missing = [m for s in after for m in s.missing]
         raise UserError(
@@ -286,8 +284,61 @@ def apply_to_checkout(
             f"{missing[0].text!r}); the manifest does not match the patches; nothing was changed",
             hint="regenerate patches/manifest.json",
         )
+
+
+def apply_to_checkout(
+    series: Series,
+    alias: str,
+    repo: Path,
+    *,
+    base: str | None = None,
+    into: str | None = None,
+    checkout: bool = False,
+    dry_run: bool = False,
+    from_alias: str | None = None,
+    port: bool | None = None,
+    kind: ApplyKind = "git",
+) -> CheckoutResult:
+    """Apply ``alias``'s variant to the git checkout ``repo`` (see the module doc).
+
+    Returns an :class:`ApplyResult`, or the porting engine's :class:`PortResult` when porting
+    ran. Raises :class:`UserError` / :class:`ApplyFailed`; on every error path the checkout is
+    unchanged.
+    """
+    repo = Path(repo)
+    plan = _plan(series, alias, repo, base, into, from_alias, port, kind)
+    if isinstance(plan, str):
+        return _port(series, repo, alias, base, plan, from_alias, dry_run)
+    states = _marker_states(plan)
+    done = _already_done(plan, states, checkout, dry_run)
+    if done is not None:
+        return done
+    base_states = states[plan.base_commit]
+    todo = [pp for pp, s in zip(plan.parsed, base_states, strict=True)
+            if not (s.applied or s.upstream)]
+    if checkout:
+        ge.ensure_writable(repo, [p for pp in todo for p in pp.paths()])
+    wa = ge.apply_patches_in_worktree(repo, plan.base_commit, todo)
+    if wa.failure is not None or wa.commit is None:
+        if plan.port_allowed:
+            return _port(series, repo, alias, base, plan.into, from_alias, dry_run)
+        assert wa.failure is not None
+        if port is not False and wa.failure.reason == "missing-preimage" and plan.target.release:
+            # the alias names the release the preimages come from: port from it, no --from needed
+            ported = _port(series, repo, alias, plan.base_commit, plan.into, alias, dry_run)
+            ported.note = (f"git am -3 lacks the preimage blobs of vllm {plan.target.release}: "
+                           f"ported from that release (as with --from {alias})")
+            return ported
+        raise ApplyFailed(
+            f"{wa.failure.message()}; nothing was changed",
+            _failure_hint(plan.target, wa.failure),
+            {"status": "failed", "failure": wa.failure.to_dict(), "alias": alias,
+             "variant": plan.variant.name, "kind": kind, "repo": str(repo),
+             "base": plan.base_ref, "base_commit": plan.base_commit, "branch": plan.into},
+        )
+    _check_result_markers(plan, wa.commit)
     applied_names = {pp.name for pp in todo}
-    result_patches = [
+    patches = [
         PatchOutcome(
             s.patch.file, s.patch.subject,
             ("would-apply" if dry_run else "applied") if s.patch.file in applied_names
@@ -296,22 +347,60 @@ def apply_to_checkout(
         for s in base_states
     ]
     if dry_run:
-        return ApplyResult(
-            status="would-apply", commit=None, patches=result_patches,
-            message=f"dry run: {len(todo)} patch(es) apply cleanly on {base_ref}; "
-            f"would create branch {into}",
-            **common,
-        )
-    ge.create_branch(repo, into, wa.commit, f"sm120kit apply {alias} ({variant.name})")
+        return plan.result("would-apply", None, patches,
+                           f"dry run: {len(todo)} patch(es) apply cleanly on {plan.base_ref}; "
+                           f"would create branch {plan.into}")
+    ge.create_branch(repo, plan.into, wa.commit, f"sm120kit apply {alias} ({plan.variant.name})")
+    msg = f"applied {len(todo)} patch(es) on {plan.base_ref}: branch {plan.into}"
     checked_out = False
-    msg = f"applied {len(todo)} patch(es) on {base_ref}: branch {into}"
     if checkout:
-        checked_out, note = _checkout(repo, into)
+        checked_out, note = _checkout(repo, plan.into)
         msg += note
-    return ApplyResult(
-        status="applied", commit=wa.commit, checked_out=checked_out, patches=result_patches,
-        message=msg, **common,
-    )
+    return plan.result("applied", wa.commit, patches, msg, checked_out)
+
+
+def apply_fork(
+    series: Series,
+    alias: str,
+    root: Path | None,
+    *,
+    base: str | None = None,
+    into: str | None = None,
+    checkout: bool = False,
+    dry_run: bool = False,
+    from_alias: str | None = None,
+    port: bool | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> CheckoutResult:
+    """``sm120kit apply --branch FORK_ALIAS``: on ``root`` (a checkout), else on a cached clone.
+
+    The base is ``base``, else the alias' branch (local ref, else fetched). The variant is tried
+    with the core engine first (``git am``); when it does not apply, and porting is allowed, it
+    is 3-way ported from ``from_alias`` / the alias' ``port_from``.
+    """
+    target = series.target(alias)
+    ours = root is None
+    if root is None:
+        root = fork_clone(target, progress)
+    base_sha = resolve_base(root, target, base)
+    into = into or f"{DEFAULT_BRANCH_PREFIX}{alias}"
+    try:
+        return apply_to_checkout(series, alias, root, base=base_sha, into=into, checkout=checkout,
+                                 dry_run=dry_run, from_alias=from_alias, port=False)
+    except ApplyFailed:
+        if port is False or not (from_alias or target.port_from):
+            raise
+    res = _port(series, root, alias, base_sha, into, from_alias or target.port_from, dry_run)
+    if res.status == "ported" and (ours or checkout):
+        proc = run_git(["checkout", "-q", into], root, check=False)
+        res.note = (f"checked out {into} in {root}" if proc.returncode == 0
+                    else f"branch {into} created in {root} (checkout failed: "
+                    f"{proc.stderr.strip()[:120]})")
+    if target.status == "unverified-here":
+        res.note = (res.note + "; " if res.note else "") + (
+            f"{alias} is not verified by sm120kit's own tests: run `sm120kit verify --repo {root} "
+            f"--branch {alias} --base {base_sha[:12]}` on the result")
+    return res
 
 
 def _checkout(repo: Path, branch: str) -> tuple[bool, str]:
@@ -323,8 +412,3 @@ def _checkout(repo: Path, branch: str) -> tuple[bool, str]:
         return True, " (checked out)"
     return False, f" (checkout failed: {proc.stderr.strip()[:120]})"
 
-
-def ge_dirs(repo: Path) -> tuple[Path, Path]:
-    from sm120kit.patchset.snapshot import git_dirs
-
-    return git_dirs(repo)

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from sm120kit.patchset.gitcmd import run_git
+from sm120kit.gitrun import run_git
 
 #: what a merge did: clean line merge, definition-level merge, or a conflict
 Method = Literal["line", "definition", "conflict"]
@@ -197,7 +197,7 @@ def line_merge(ours: str, base: str, theirs: str,
         for name, text in (("ours", ours), ("base", base), ("theirs", theirs)):
             (t / name).write_text(text, encoding="utf-8")
         proc = run_git(["merge-file", "-p", "--diff3", "-L", labels[0], "-L", labels[1],
-                        "-L", labels[2], "ours", "base", "theirs"], t, check=False)
+                        "-L", labels[2], "ours", "base", "theirs"], t, check=False, ceiling=True)
     if proc.returncode < 0 or proc.returncode > 127:
         raise RuntimeError(f"git merge-file failed: {proc.stderr[:300]}")
     return proc.stdout, proc.returncode

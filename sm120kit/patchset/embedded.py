@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from sm120kit.errors import UserError
-from sm120kit.facts.series import Series
-from sm120kit.patchset.apply import ApplyResult, apply_to_checkout
-from sm120kit.patchset.gitcmd import rev_parse, run_git
+from sm120kit.facts.series import Series, Target, Variant
+from sm120kit.gitrun import rev_parse, run_git
+from sm120kit.patchset.apply import ApplyResult, PatchOutcome, apply_to_checkout
 from sm120kit.patchset.markers import all_in, marker_files, read_worktree, variant_marker_states
+from sm120kit.patchset.release import fetch_wheel, find_cached_wheel, release_repo
 from sm120kit.patchset.targets import DEFAULT_BRANCH_PREFIX, select
 
 RESULT_FILE = "sm120kit-result.json"
@@ -48,12 +49,10 @@ def stdout_to_stderr() -> Iterator[None]:
 
 def fetch_release_repo(version: str, progress: Callable[[str], None] | None) -> Path:
     """The cached release repo; downloads the wheel first (pip's progress on stderr)."""
-    from sm120kit.patchset import release
-
-    if release.find_cached_wheel("vllm", version) is None and progress is not None:
+    if find_cached_wheel("vllm", version) is None and progress is not None:
         with stdout_to_stderr():
-            release.fetch_wheel("vllm", version, progress=progress, quiet=False)
-    return release.release_repo(version, progress=progress)
+            fetch_wheel("vllm", version, progress=progress, quiet=False)
+    return release_repo(version, progress=progress)
 
 
 def read_result_record(path: Path) -> dict[str, Any] | None:
@@ -62,6 +61,37 @@ def read_result_record(path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def _earlier_result(out: Path, alias: str, target: Target, variant: Variant,
+                    branch: str) -> ApplyResult:
+    """``out`` exists: the same result again ("already applied"), else a UserError."""
+    rec = read_result_record(out)
+    if rec is None:
+        raise UserError(
+            f"{out} exists and is not an sm120kit result",
+            hint="move it away or choose another path with --output PATH",
+        )
+    files = marker_files(variant)
+    states = variant_marker_states(variant, read_worktree(out, files))
+    if rec.get("alias") == alias and all_in(states):
+        head = rev_parse(out, "HEAD") or ""
+        return ApplyResult(
+            status="already-applied", alias=alias, variant=variant.name, kind="embedded",
+            repo=str(out), base=target.base_ref, base_commit=str(rec.get("base_commit", "")),
+            branch=str(rec.get("branch", branch)), commit=head, output=str(out),
+            message=f"already applied: {out} holds the patched vllm {target.release} tree",
+            patches=[
+                PatchOutcome(s.patch.file, s.patch.subject,
+                             "already-applied" if s.applied else "upstream")
+                for s in states
+            ],
+        )
+    raise UserError(
+        f"{out} holds an earlier sm120kit result ({rec.get('alias')}) that is not "
+        f"{alias} with the current series (changed or different release)",
+        hint="remove it, or choose another path with --output PATH",
+    )
 
 
 def apply_embedded(
@@ -83,34 +113,7 @@ def apply_embedded(
     out = out.absolute()
     branch = into or f"{DEFAULT_BRANCH_PREFIX}{alias}"
     if out.exists() or out.is_symlink():
-        rec = read_result_record(out)
-        if rec is None:
-            raise UserError(
-                f"{out} exists and is not an sm120kit result",
-                hint="move it away or choose another path with --output PATH",
-            )
-        files = marker_files(variant)
-        states = variant_marker_states(variant, read_worktree(out, files))
-        if rec.get("alias") == alias and all_in(states):
-            from sm120kit.patchset.apply import PatchOutcome
-
-            head = rev_parse(out, "HEAD") or ""
-            return ApplyResult(
-                status="already-applied", alias=alias, variant=variant.name, kind="embedded",
-                repo=str(out), base=target.base_ref, base_commit=str(rec.get("base_commit", "")),
-                branch=str(rec.get("branch", branch)), commit=head, output=str(out),
-                message=f"already applied: {out} holds the patched vllm {target.release} tree",
-                patches=[
-                    PatchOutcome(s.patch.file, s.patch.subject,
-                                 "already-applied" if s.applied else "upstream")
-                    for s in states
-                ],
-            )
-        raise UserError(
-            f"{out} holds an earlier sm120kit result ({rec.get('alias')}) that is not "
-            f"{alias} with the current series (changed or different release)",
-            hint="remove it, or choose another path with --output PATH",
-        )
+        return _earlier_result(out, alias, target, variant, branch)
     parent = out.parent
     if not parent.is_dir():
         raise UserError(f"output directory {parent} does not exist")

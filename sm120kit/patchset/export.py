@@ -15,7 +15,9 @@ from typing import Any
 
 from sm120kit.errors import ExitCode, UserError
 from sm120kit.facts.series import Series
+from sm120kit.patchset.render import new_table
 from sm120kit.patchset.targets import select
+from sm120kit.report import to_jsonable
 
 
 @dataclass
@@ -30,14 +32,10 @@ class ExportResult:
     exit_code: int = ExitCode.OK
 
     def to_dict(self) -> dict[str, Any]:
-        from sm120kit.report import to_jsonable
-
         d: dict[str, Any] = to_jsonable(self)
         return d
 
     def render(self, console: Any) -> None:
-        from sm120kit.patchset.render import new_table
-
         t = new_table(f"exported {self.alias} (variant {self.variant}) to {self.directory}", "file")
         for f in self.files:
             t.add_row(f)

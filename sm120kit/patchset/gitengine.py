@@ -26,9 +26,10 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from sm120kit.errors import UserError
-from sm120kit.patchset.gitcmd import AM_CONFIG, GitFailed, run_git
+from sm120kit.gitrun import AM_CONFIG, GitFailed, run_git
 from sm120kit.patchset.patchfile import ParsedPatch
 
 _SPARSE_ENV = {
@@ -54,6 +55,9 @@ class FailedHunk:
         )
 
 
+AmFailureReason = Literal["conflict", "missing-preimage", "missing-file", "error"]
+
+
 @dataclass
 class AmFailure:
     """Where and why ``git am -3`` stopped."""
@@ -61,7 +65,7 @@ class AmFailure:
     patch: str  # patch file name
     subject: str
     index: int  # 1-based position in the list given to git am
-    reason: str  # conflict | missing-preimage | missing-file | error
+    reason: AmFailureReason
     hunks: list[FailedHunk] = field(default_factory=list)
     git_output: str = ""
 
@@ -266,7 +270,7 @@ def diagnose_failure(
     idx = max(1, min(idx, len(patches)))
     patch = patches[idx - 1]
     out = outcome.output
-    reason = "error"
+    reason: AmFailureReason = "error"
     if (
         _NO_SHA_RE.search(out)
         or "could not build fake ancestor" in out

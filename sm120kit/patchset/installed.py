@@ -43,6 +43,7 @@ import hashlib
 import io
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -51,10 +52,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from sm120kit import __version__
 from sm120kit.errors import ExitCode, UserError
 from sm120kit.facts.series import Series, Variant, load_series
+from sm120kit.gitrun import AM_CONFIG, run_git
+from sm120kit.patchset.release import find_cached_wheel, release_tree
+from sm120kit.paths import cache_dir
+from sm120kit.report import styled
 
 STATE_FORMAT = 1
 STATE_NAME = "state.json"
@@ -234,13 +240,11 @@ class FileCheck:
 
 def _release_tree_if_local(version: str) -> Path | None:
     """The cached release tree, building it only from an already cached wheel (no download)."""
-    from sm120kit.patchset import release
-
-    tree = release.cache_dir() / "trees" / f"vllm-{version}"
+    tree = cache_dir() / "trees" / f"vllm-{version}"
     if (tree / ".complete").exists():
         return tree
-    if release.find_cached_wheel("vllm", version) is not None:
-        return release.release_tree("vllm", version)
+    if find_cached_wheel("vllm", version) is not None:
+        return release_tree("vllm", version)
     return None
 
 
@@ -249,8 +253,6 @@ def check_preimage(inst: InstalledVllm, files: list[str], *, allow_download: boo
     tree = _release_tree_if_local(inst.version)
     need_tree = any(f not in inst.record for f in files)
     if tree is None and need_tree and allow_download:
-        from sm120kit.patchset.release import release_tree
-
         tree = release_tree("vllm", inst.version)
     out: list[FileCheck] = []
     for rel in files:
@@ -286,8 +288,6 @@ def check_preimage(inst: InstalledVllm, files: list[str], *, allow_download: boo
 
 def _git(args: list[str], cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
     """The engine's isolated git runner (no hooks, no system config) with a fixed identity."""
-    from sm120kit.patchset.gitcmd import AM_CONFIG, run_git
-
     proc = run_git(args, cwd, check=False, config=AM_CONFIG)
     if check and proc.returncode != 0:
         raise UserError(f"git {args[0]} failed in {cwd}: {(proc.stderr or proc.stdout).strip()[:400]}")
@@ -429,9 +429,13 @@ def _table(console: Any, title: str, columns: list[str], rows: list[list[str]]) 
     console.print(t)
 
 
+InstalledApplyStatus = Literal["applied", "already-applied", "not-needed", "would-apply"]
+InstalledState = Literal["applied", "not-applied", "modified", "reinstalled", "mixed"]
+
+
 @dataclass
 class InstalledApplyResult:
-    status: str  # applied | already-applied | not-needed | would-apply
+    status: InstalledApplyStatus
     alias: str
     variant: str
     installed: InstalledVllm
@@ -471,7 +475,7 @@ class InstalledApplyResult:
 
 @dataclass
 class InstalledStatusResult:
-    status: str  # applied | not-applied | modified | reinstalled | mixed
+    status: InstalledState
     installed: InstalledVllm
     state_dir: Path
     state: dict[str, Any] | None
@@ -481,7 +485,9 @@ class InstalledStatusResult:
 
     @property
     def exit_code(self) -> int:
-        return ExitCode.OK if self.status in ("applied", "not-applied") else ExitCode.FINDINGS
+        # as ``status`` on a checkout: 0 when the series is in, 1 when it is not (yet) or the
+        # files changed since; errors (no vLLM, bad state file) exit 2 through UserError
+        return ExitCode.OK if self.status == "applied" else ExitCode.FINDINGS
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -496,8 +502,6 @@ class InstalledStatusResult:
         }
 
     def render(self, console: Any) -> None:
-        from sm120kit.report import styled
-
         if self.files:
             _table(console, f"vllm {self.installed.version} at {self.installed.package_dir}",
                    ["file", "state"], [[f["path"], styled(f["state"])] for f in self.files])
@@ -509,7 +513,7 @@ class InstalledStatusResult:
 
 @dataclass
 class InstalledRevertResult:
-    status: str  # reverted | nothing-to-revert
+    status: Literal["reverted", "nothing-to-revert"]
     installed: InstalledVllm
     state_dir: Path
     files: list[dict[str, Any]]
@@ -596,33 +600,9 @@ def apply_installed(
     files = variant.touched_files()
     sdir = state_dir_for(inst, state_dir)
 
-    state = read_state(sdir)
-    if state and state.get("state") == "applied":
-        hashes = {f["path"]: f for f in state["files"]}
-        current = {rel: _sha256_path(inst.root / rel) for rel in hashes}
-        patched_now = all(current[r] == hashes[r]["new_sha256"] for r in hashes)
-        if patched_now and state.get("variant") != variant.name:
-            raise UserError(
-                f"vllm {inst.version} is already patched with variant {state.get('variant')} "
-                f"(state in {sdir})",
-                hint="`sm120kit revert --installed` first, then apply the other variant",
-            )
-        if patched_now:
-            return InstalledApplyResult(
-                "already-applied", alias, variant.name, inst, sdir, state["files"], [],
-                dry_run, f"series {state.get('series')} already applied at {state.get('applied_at')}",
-            )
-        if not all(current[r] == hashes[r]["original_sha256"] for r in hashes):
-            changed = [r for r in hashes if current[r] not in
-                       (hashes[r]["new_sha256"], hashes[r]["original_sha256"])]
-            raise UserError(
-                f"{sdir / STATE_NAME} records an apply but {', '.join(changed) or 'the files'} "
-                "changed since",
-                hint="`sm120kit status --installed` shows details; `sm120kit revert --installed "
-                "--force` restores the originals",
-            )
-        # files are the originals again (pip reinstall): the old state is stale, apply afresh
-
+    again = _recorded_apply(inst, sdir, alias, variant, dry_run, _cli_flags(python, state_dir))
+    if again is not None:
+        return again
     rows = _patch_status_by_markers(variant, inst.root)
     if rows and all(r["status"] == "upstream" for r in rows):
         return InstalledApplyResult(
@@ -641,17 +621,7 @@ def apply_installed(
 
     originals = {rel: (inst.root / rel).read_bytes() for rel in files}
     new = apply_series_to_copies(originals, variant)
-    file_rows: list[dict[str, Any]] = []
-    for rel in files:
-        st = (inst.root / rel).stat()
-        file_rows.append({
-            "path": rel,
-            "original_sha256": sha256_bytes(originals[rel]),
-            "new_sha256": sha256_bytes(new[rel]),
-            "backup": f"backup/{rel}",
-            "mode": st.st_mode & 0o7777,
-            "mtime_ns": st.st_mtime_ns,
-        })
+    file_rows = _file_rows(inst, files, originals, new)
     if dry_run:
         return InstalledApplyResult(
             "would-apply", alias, variant.name, inst, sdir, file_rows, checks, True,
@@ -660,15 +630,74 @@ def apply_installed(
 
     for d in sorted({(inst.root / rel).parent for rel in files}):
         _probe_writable(d)
-    created_sdir = not sdir.exists()
-    prev_state = (sdir / STATE_NAME).read_bytes() if (sdir / STATE_NAME).is_file() else None
-    backup_existed = (sdir / "backup").exists()
-    sdir_parent = sdir if sdir.exists() else sdir.parent
-    if not sdir_parent.exists():
-        raise UserError(f"state directory parent {sdir_parent} does not exist")
-    _probe_writable(sdir_parent)
+    state_doc = _state_doc(series, variant, alias, inst, checks, file_rows)
+    _write_applied(inst, sdir, file_rows, originals, new, state_doc)
+    return InstalledApplyResult(
+        "applied", alias, variant.name, inst, sdir, file_rows, checks, False,
+        f"{len(variant.patches)} patches applied to {len(files)} files; originals backed up in "
+        f"{sdir}; undo with `sm120kit revert --installed{_cli_flags(python, state_dir)}`",
+    )
 
-    state_doc: dict[str, Any] = {
+
+def _cli_flags(python: str | None, state_dir: str | Path | None) -> str:
+    """The ``--python``/``--state-dir`` a follow-up command needs to address the same install."""
+    out = f" --python {shlex.quote(python)}" if python else ""
+    return out + (f" --state-dir {shlex.quote(str(state_dir))}" if state_dir else "")
+
+
+def _recorded_apply(
+    inst: InstalledVllm, sdir: Path, alias: str, variant: Variant, dry_run: bool, flags: str
+) -> InstalledApplyResult | None:
+    """A state file recording an apply: already applied (result), changed since (UserError), or
+    stale because the files are the originals again after a reinstall (None: apply afresh)."""
+    state = read_state(sdir)
+    if not (state and state.get("state") == "applied"):
+        return None
+    hashes = {f["path"]: f for f in state["files"]}
+    current = {rel: _sha256_path(inst.root / rel) for rel in hashes}
+    patched_now = all(current[r] == hashes[r]["new_sha256"] for r in hashes)
+    if patched_now and state.get("variant") != variant.name:
+        raise UserError(
+            f"vllm {inst.version} is already patched with variant {state.get('variant')} "
+            f"(state in {sdir})",
+            hint=f"`sm120kit revert --installed{flags}` first, then apply the other variant",
+        )
+    if patched_now:
+        return InstalledApplyResult(
+            "already-applied", alias, variant.name, inst, sdir, state["files"], [],
+            dry_run, f"series {state.get('series')} already applied at {state.get('applied_at')}",
+        )
+    if not all(current[r] == hashes[r]["original_sha256"] for r in hashes):
+        changed = [r for r in hashes if current[r] not in
+                   (hashes[r]["new_sha256"], hashes[r]["original_sha256"])]
+        raise UserError(
+            f"{sdir / STATE_NAME} records an apply but {', '.join(changed) or 'the files'} "
+            "changed since",
+            hint=f"`sm120kit status --installed{flags}` shows details; "
+            f"`sm120kit revert --installed{flags} --force` restores the originals",
+        )
+    return None
+
+
+def _file_rows(inst: InstalledVllm, files: list[str], originals: dict[str, bytes],
+               new: dict[str, bytes]) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for rel in files:
+        st = (inst.root / rel).stat()
+        rows.append({
+            "path": rel,
+            "original_sha256": sha256_bytes(originals[rel]),
+            "new_sha256": sha256_bytes(new[rel]),
+            "backup": f"backup/{rel}",
+            "mode": st.st_mode & 0o7777,
+            "mtime_ns": st.st_mtime_ns,
+        })
+    return rows
+
+
+def _state_doc(series: Series, variant: Variant, alias: str, inst: InstalledVllm,
+               checks: list[FileCheck], file_rows: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
         "tool": "sm120kit",
         "format": STATE_FORMAT,
         "state": "applying",
@@ -681,13 +710,28 @@ def apply_installed(
         "root": str(inst.root),
         "package_dir": str(inst.package_dir),
         "applied_at": _now(),
-        "sm120kit_version": _tool_version(),
+        "sm120kit_version": __version__,
         "patches": [{"file": p.file, "sha256": p.sha256, "subject": p.subject}
                     for p in variant.patches],
         "checks": {"record": all(c.record_sha256 for c in checks),
                    "release_tree": all(c.release_sha256 for c in checks)},
         "files": file_rows,
     }
+
+
+def _write_applied(inst: InstalledVllm, sdir: Path, file_rows: list[dict[str, Any]],
+                   originals: dict[str, bytes], new: dict[str, bytes],
+                   state_doc: dict[str, Any]) -> None:
+    """Backups, state file, then the patched files; any failure restores every original and the
+    previous state directory."""
+    created_sdir = not sdir.exists()
+    prev_state = (sdir / STATE_NAME).read_bytes() if (sdir / STATE_NAME).is_file() else None
+    backup_existed = (sdir / "backup").exists()
+    sdir_parent = sdir if sdir.exists() else sdir.parent
+    if not sdir_parent.exists():
+        raise UserError(f"state directory parent {sdir_parent} does not exist")
+    _probe_writable(sdir_parent)
+
     saved = {inst.root / r["path"]: (originals[r["path"]], r["mode"], r["mtime_ns"])
              for r in file_rows}
     try:
@@ -727,21 +771,10 @@ def apply_installed(
                 "every original was restored"
             ) from exc
         raise
-    return InstalledApplyResult(
-        "applied", alias, variant.name, inst, sdir, file_rows, checks, False,
-        f"{len(variant.patches)} patches applied to {len(files)} files; originals backed up in "
-        f"{sdir}; undo with `sm120kit revert --installed`",
-    )
 
 
 def _dump(doc: dict[str, Any]) -> bytes:
     return (json.dumps(doc, indent=2, sort_keys=False) + "\n").encode()
-
-
-def _tool_version() -> str:
-    from sm120kit import __version__
-
-    return __version__
 
 
 def status_installed(
@@ -754,6 +787,7 @@ def status_installed(
     inst = locate(python)
     sdir = state_dir_for(inst, state_dir)
     state = read_state(sdir)
+    status: InstalledState
     if state is None:
         patches: list[dict[str, Any]] = []
         try:

@@ -7,7 +7,9 @@ from typing import Any
 
 from sm120kit.errors import ExitCode
 from sm120kit.facts.series import Series
+from sm120kit.patchset.render import new_table
 from sm120kit.patchset.targets import TargetRow, target_rows
+from sm120kit.report import to_jsonable
 
 _TARGET_STYLE = {"verified": "green", "unverified-here": "yellow", "unsupported": "red"}
 
@@ -20,14 +22,10 @@ class TargetsResult:
     exit_code: int = ExitCode.OK
 
     def to_dict(self) -> dict[str, Any]:
-        from sm120kit.report import to_jsonable
-
         d: dict[str, Any] = to_jsonable(self)
         return d
 
     def render(self, console: Any) -> None:
-        from sm120kit.patchset.render import new_table
-
         t = new_table(
             f"{self.series}: supported targets",
             "alias", "release", "base ref", "variant", "patches", "status", "how verified / why",
@@ -72,14 +70,10 @@ class SeriesResult:
     exit_code: int = ExitCode.OK
 
     def to_dict(self) -> dict[str, Any]:
-        from sm120kit.report import to_jsonable
-
         d: dict[str, Any] = to_jsonable(self)
         return d
 
     def render(self, console: Any) -> None:
-        from sm120kit.patchset.render import new_table
-
         for v in self.variants:
             t = new_table(
                 f"variant {v.name} · made on {v.base_release} · releases "

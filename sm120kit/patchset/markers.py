@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from sm120kit.facts.series import Marker, Patch, Variant
-from sm120kit.patchset.gitcmd import read_blobs
+from sm120kit.gitrun import read_blobs
 
 # file contents by path (None: the file does not exist)
 Contents = dict[str, str | None]
@@ -59,7 +60,7 @@ class MarkerState:
     missing: tuple[Marker, ...]  # applied markers not found
 
     @property
-    def state(self) -> str:
+    def state(self) -> Literal["applied", "upstream", "not-applied"]:
         if self.applied:
             return "applied"
         if self.upstream:

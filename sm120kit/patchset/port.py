@@ -27,17 +27,19 @@ from __future__ import annotations
 import difflib
 import json
 import os
-import subprocess
+import shutil
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from sm120kit.errors import ExitCode, UserError
 from sm120kit.facts.series import Series, Target, Variant, load_series
+from sm120kit.gitrun import AM_CONFIG, read_blobs, rev_parse, run_git, run_git_bytes, tree_modes
 from sm120kit.patchset.defmerge import MergeOutcome, fork_only_missing, merge_file
-from sm120kit.patchset.gitcmd import AM_CONFIG, GitFailed, git_env, rev_parse, run_git
+from sm120kit.patchset.release import find_cached_wheel, release_tree
+from sm120kit.paths import cache_dir
 
 # --------------------------------------------------------------------------------------------
 # small git helpers (bytes in / out)
@@ -45,19 +47,11 @@ from sm120kit.patchset.gitcmd import AM_CONFIG, GitFailed, git_env, rev_parse, r
 
 def _git_bytes(args: list[str], cwd: Path, *, input: bytes | None = None,
                env: dict[str, str] | None = None) -> bytes:
-    proc = subprocess.run(
-        ["git", "-c", "core.hooksPath=/dev/null", "-c", "gc.auto=0", *args],
-        cwd=str(cwd), env=git_env(env), input=input, capture_output=True, timeout=600,
-    )
-    if proc.returncode != 0:
-        raise GitFailed(args, proc.returncode, "", proc.stderr.decode("utf-8", "replace"))
-    return proc.stdout
+    return run_git_bytes(args, cwd, input=input, env=env).stdout
 
 
 def read_files_at(repo: Path, rev: str, paths: list[str]) -> dict[str, bytes | None]:
     """``{path: bytes or None}`` of ``rev:path`` in ``repo``."""
-    from sm120kit.patchset.gitcmd import read_blobs
-
     got = read_blobs(repo, [f"{rev}:{p}" for p in paths])
     return {p: got.get(f"{rev}:{p}") for p in paths}
 
@@ -80,8 +74,6 @@ class PatchStep:
 
 
 def _release_file_map(release: str, paths: list[str]) -> dict[str, bytes | None]:
-    from sm120kit.patchset.release import release_tree
-
     tree = release_tree("vllm", release)
     out: dict[str, bytes | None] = {}
     for p in paths:
@@ -165,10 +157,8 @@ def similarity(a: bytes | None, b: bytes | None) -> float:
 
 
 def _release_available(version: str) -> bool:
-    from sm120kit.patchset import release
-
-    tree = release.cache_dir() / "trees" / f"vllm-{version}"
-    return (tree / ".complete").exists() or release.find_cached_wheel("vllm", version) is not None
+    tree = cache_dir() / "trees" / f"vllm-{version}"
+    return (tree / ".complete").exists() or find_cached_wheel("vllm", version) is not None
 
 
 def resolve_from(series: Series, from_alias: str) -> tuple[Variant, list[str]]:
@@ -325,9 +315,12 @@ def _compile_problems(files: dict[str, bytes | None]) -> list[str]:
 # result
 
 
+PortStatus = Literal["ported", "conflict", "already-applied", "not-needed", "would-port"]
+
+
 @dataclass
 class PortResult:
-    status: str  # ported | conflict | already-applied | not-needed | would-port
+    status: PortStatus
     alias: str
     repo: Path
     base: str
@@ -677,8 +670,6 @@ def _record_conflicts(result: PortResult, variant: Variant, step: PatchStep, pat
 def _commit_steps(repo: Path, base_sha: str, steps: list[PatchStep],
                   per_patch: list[dict[str, bytes | None]]) -> list[str]:
     """One commit per patch on top of ``base_sha``, written with plumbing and a private index."""
-    from sm120kit.patchset.gitcmd import tree_modes
-
     with tempfile.TemporaryDirectory(prefix="sm120kit-index-") as tmp:
         env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
         _git_bytes(["read-tree", base_sha], repo, env=env)
@@ -720,8 +711,6 @@ def fork_clone(target: Target, progress: Callable[[str], None] | None = None) ->
     Created with ``git clone --single-branch`` (git's own progress on stderr); an existing clone
     is brought up to date with a fetch, or used as is when the remote cannot be reached.
     """
-    from sm120kit.paths import cache_dir
-
     if not (target.repo and target.branch):
         raise UserError(f"{target.alias} is not a fork alias (no repo/branch in the manifest)")
     dest = cache_dir() / "forks" / target.alias
@@ -745,15 +734,11 @@ def fork_clone(target: Target, progress: Callable[[str], None] | None = None) ->
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.alias}-", dir=dest.parent))
     if progress:
         progress(f"cloning {target.repo} ({target.branch}) into {dest}")
-    cmd = ["git", "-c", "core.hooksPath=/dev/null", "clone", "--single-branch", "--no-tags",
+    cmd = ["clone", "--single-branch", "--no-tags", *(["--progress"] if progress else []),
            "--branch", target.branch, target.repo, str(tmp / "repo")]
-    if progress:
-        cmd.insert(4, "--progress")
-    proc = subprocess.run(cmd, env=git_env(), stdout=subprocess.DEVNULL,
-                          stderr=None if progress else subprocess.PIPE, text=True, timeout=3600)
+    proc = run_git(cmd, tmp, check=False, timeout=3600, ceiling=True,
+                   stderr_to_terminal=progress is not None)
     if proc.returncode != 0:
-        import shutil
-
         shutil.rmtree(tmp, ignore_errors=True)
         err = ((proc.stderr or "").strip().splitlines() or ["see the git output above"])[-1]
         raise UserError(
@@ -763,50 +748,3 @@ def fork_clone(target: Target, progress: Callable[[str], None] | None = None) ->
     os.replace(tmp / "repo", dest)
     os.rmdir(tmp)
     return dest
-
-
-def apply_fork(
-    series: Series,
-    alias: str,
-    root: Path | None,
-    *,
-    base: str | None = None,
-    into: str | None = None,
-    checkout: bool = False,
-    dry_run: bool = False,
-    from_alias: str | None = None,
-    port: bool | None = None,
-    progress: Callable[[str], None] | None = None,
-) -> Any:
-    """``sm120kit apply --branch FORK_ALIAS``: on ``root`` (a checkout), else on a cached clone.
-
-    The base is ``base``, else the alias' branch (local ref, else fetched). The variant is tried
-    with the core engine first (``git am``); when it does not apply, and porting is allowed, it
-    is 3-way ported from ``from_alias`` / the alias' ``port_from``.
-    """
-    from sm120kit.patchset.apply import ApplyFailed, apply_to_checkout
-
-    target = series.target(alias)
-    ours = root is None
-    if root is None:
-        root = fork_clone(target, progress)
-    base_sha = resolve_base(root, target, base)
-    into = into or f"sm120kit/dcp-{alias}"
-    try:
-        return apply_to_checkout(series, alias, root, base=base_sha, into=into, checkout=checkout,
-                                 dry_run=dry_run, from_alias=from_alias, port=False)
-    except ApplyFailed:
-        if port is False or not (from_alias or target.port_from):
-            raise
-    res = port_series(root, alias, base_sha, into, from_alias or target.port_from,
-                      series=series, dry_run=dry_run)
-    if res.status == "ported" and (ours or checkout):
-        proc = run_git(["checkout", "-q", into], root, check=False)
-        res.note = (f"checked out {into} in {root}" if proc.returncode == 0
-                    else f"branch {into} created in {root} (checkout failed: "
-                    f"{proc.stderr.strip()[:120]})")
-    if target.status == "unverified-here":
-        res.note = (res.note + "; " if res.note else "") + (
-            f"{alias} is not verified by sm120kit's own tests: run `sm120kit verify --repo {root} "
-            f"--branch {alias} --base {base_sha[:12]}` on the result")
-    return res

@@ -20,12 +20,14 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from sm120kit.errors import ExitCode, UserError
 from sm120kit.facts.series import MANIFEST_NAME, Series, Variant, load_series
-from sm120kit.patchset.gitcmd import rev_parse, run_git
-from sm120kit.patchset.port import PortResult, port_series
+from sm120kit.gitrun import read_blobs, rev_parse, run_git
+from sm120kit.patchset.port import PortResult, fetch_branch, fork_clone, port_series, resolve_base
+from sm120kit.patchset.release import release_repo
+from sm120kit.patchset.targets import checkout_root
 
 _DIFF_RE = re.compile(r"^diff --git a/(\S+) b/(\S+)$", re.M)
 _SUBJECT_RE = re.compile(r"^Subject: (?:\[PATCH[^\]]*\] )?(.*(?:\n [^\n]*)*)", re.M)
@@ -82,8 +84,6 @@ def _entry_patches(directory: Path, files: list[Path], source: Variant) -> list[
 
 def _prepare_output(series: Series, write: bool, output: Path | None) -> Path:
     if write:
-        from sm120kit.patchset.targets import checkout_root
-
         if checkout_root(series.root) is None:
             raise UserError(
                 f"--write updates patches/ of an sm120kit source checkout; {series.root} is not "
@@ -124,10 +124,12 @@ def _write_variant(dest_root: Path, name: str, entry: dict[str, Any], patch_file
     return vdir
 
 
+
+
 @dataclass
 class MaintResult:
-    command: str  # rebase | refresh
-    status: str  # written | conflict
+    command: Literal["rebase", "refresh"]
+    status: Literal["written", "conflict", "already-applied", "not-needed", "would-port"]
     variant: str
     source_variant: str
     output: Path | None
@@ -172,8 +174,6 @@ def _work_repo_for(series: Series, onto: str, repo: Path | None,
     if target is not None and target.status == "unsupported":
         raise UserError(f"{onto} is not supported: {target.reason}")
     if repo is None and target is not None and target.release:
-        from sm120kit.patchset.release import release_repo
-
         src = release_repo(target.release, progress=progress)
         work = tmp / "work"
         run_git(["clone", "-q", "--shared", "--no-checkout", str(src), str(work)], tmp)
@@ -182,18 +182,12 @@ def _work_repo_for(series: Series, onto: str, repo: Path | None,
             raise UserError(f"{target.base_ref} missing from the release repository {src}")
         return work, sha, onto, target.release
     if repo is None and target is not None and target.repo:
-        from sm120kit.patchset.port import fork_clone
-
         work = fork_clone(target, progress=progress)
-        from sm120kit.patchset.port import fetch_branch
-
         return work, fetch_branch(work, target), onto, f"{target.branch} ({target.repo})"
     if repo is None:
         raise UserError(f"--onto {onto} is not a known alias; pass --repo PATH for a git ref",
                         hint="`sm120kit targets` lists the aliases")
     if target is not None:
-        from sm120kit.patchset.port import resolve_base
-
         return repo, resolve_base(repo, target, None), onto, target.release or onto
     sha = rev_parse(repo, onto)
     if sha is None:
@@ -292,8 +286,6 @@ def refresh_variant(
             raise UserError(f"{from_branch} has no commits on top of {base_ref}")
         patches = _entry_patches(out, files, v)
         # every applied-marker must be in the branch tip
-        from sm120kit.patchset.gitcmd import read_blobs
-
         wanted = {m["file"] for p in patches for m in p["applied_markers"]}
         blobs = read_blobs(repo, [f"{tip}:{f}" for f in wanted])
         for p in patches:

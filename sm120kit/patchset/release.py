@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from sm120kit.errors import UserError
+from sm120kit.gitrun import run_git
 from sm120kit.paths import cache_dir
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]+$")
@@ -159,13 +160,7 @@ _RELEASE_ENV = {
 
 
 def _git(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> str:
-    full_env = dict(os.environ)
-    full_env.update({"GIT_CONFIG_NOSYSTEM": "1", "GIT_TERMINAL_PROMPT": "0"})
-    if env:
-        full_env.update(env)
-    proc = subprocess.run(
-        ["git", *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=600
-    )
+    proc = run_git(args, cwd, check=False, env=env, ceiling=True)
     if proc.returncode != 0:
         raise UserError(f"git {' '.join(args[:2])} failed in {cwd}: {proc.stderr.strip()[:300]}")
     return proc.stdout

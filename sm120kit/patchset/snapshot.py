@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from sm120kit.patchset.gitcmd import run_git
+from sm120kit.gitrun import run_git
 
 
 def _sha(data: bytes) -> str:

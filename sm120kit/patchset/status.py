@@ -13,28 +13,34 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from sm120kit.errors import ExitCode
 from sm120kit.facts.series import Series
-from sm120kit.patchset.gitcmd import rev_parse, run_git
+from sm120kit.gitrun import rev_parse, run_git
 from sm120kit.patchset.markers import (
     marker_files,
     read_revisions,
     read_worktree,
     variant_marker_states,
 )
+from sm120kit.patchset.patchfile import parse_patch
+from sm120kit.patchset.render import new_table
 from sm120kit.patchset.targets import select
+from sm120kit.report import styled, to_jsonable
 
 _FAILED_RE = re.compile(r"^error: patch failed: (.+):(\d+)$", re.M)
 _ERROR_RE = re.compile(r"^error: (.+)$", re.M)
+
+
+PatchState = Literal["applied", "not-applied", "upstream", "conflict"]
 
 
 @dataclass
 class PatchStatus:
     file: str
     subject: str
-    state: str  # applied | not-applied | upstream | conflict
+    state: PatchState
     detail: str = ""
     missing_markers: list[str] = field(default_factory=list)
 
@@ -69,17 +75,12 @@ class StatusResult:
         return ExitCode.FINDINGS
 
     def to_dict(self) -> dict[str, Any]:
-        from sm120kit.report import to_jsonable
-
         d: dict[str, Any] = to_jsonable(self)
         d["summary"] = self.summary
         d["exit_code"] = int(self.exit_code)
         return d
 
     def render(self, console: Any) -> None:
-        from sm120kit.patchset.render import new_table
-        from sm120kit.report import styled
-
         where = f"{self.repo}" + (f" ({self.branch})" if self.branch else "")
         table = new_table(
             f"{self.alias} · variant {self.variant} · {where}", "#", "patch", "state", "detail"
@@ -93,8 +94,6 @@ class StatusResult:
 def _check_detail(text: str, patch_path: Path) -> str:
     m = _FAILED_RE.search(text)
     if m:
-        from sm120kit.patchset.patchfile import parse_patch
-
         fc = parse_patch(patch_path).change_for(m.group(1))
         h = fc.hunk_at(int(m.group(2))) if fc else None
         return f"{m.group(1)}: {h.describe()}" if h else f"{m.group(1)}:{m.group(2)}"
@@ -125,7 +124,6 @@ def repo_status(series: Series, alias: str, repo: Path) -> StatusResult:
     # any repository), so patch N is judged on the tree as patches 1..N-1 would leave it.
     with tempfile.TemporaryDirectory(prefix="sm120kit-status-") as td:
         scratch = Path(td) / "tree"
-        env = {"GIT_CEILING_DIRECTORIES": td}
         copied = False
         for st in states:
             p = st.patch
@@ -137,9 +135,9 @@ def repo_status(series: Series, alias: str, repo: Path) -> StatusResult:
                 _copy_files(repo, scratch, variant.touched_files())
                 copied = True
             path = str(variant.patch_path(p))
-            proc = run_git(["apply", "--check", path], scratch, check=False, env=env)
+            proc = run_git(["apply", "--check", path], scratch, check=False, ceiling=True)
             if proc.returncode == 0:
-                run_git(["apply", path], scratch, check=False, env=env)
+                run_git(["apply", path], scratch, check=False, ceiling=True)
                 results.append(PatchStatus(p.file, p.subject, "not-applied", "applies cleanly", missing))
             else:
                 results.append(PatchStatus(

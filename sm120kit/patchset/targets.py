@@ -13,7 +13,7 @@ from pathlib import Path
 
 from sm120kit.errors import UserError
 from sm120kit.facts.series import Series, Target, Variant
-from sm120kit.patchset.gitcmd import run_git
+from sm120kit.gitrun import read_blobs, run_git
 
 DEFAULT_BRANCH_PREFIX = "sm120kit/dcp-"
 _VERSION_RE = re.compile(r"""^__version__\s*=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""", re.M)
@@ -82,8 +82,6 @@ def require_repo(
 
 def tree_version(root: Path, rev: str | None = None) -> str | None:
     """vLLM's version from ``vllm/_version.py`` (working tree, or at ``rev``)."""
-    from sm120kit.patchset.gitcmd import read_blobs
-
     for rel in ("vllm/_version.py", "vllm/version.py"):
         if rev is None:
             try:

@@ -11,21 +11,27 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from sm120kit.errors import ExitCode, UserError
 from sm120kit.facts.series import Series
+from sm120kit.gitrun import read_blobs, rev_parse
 from sm120kit.patchset.markers import marker_files, read_worktree, variant_marker_states
+from sm120kit.patchset.render import new_table
 from sm120kit.patchset.targets import fetch_hint, select
+from sm120kit.report import styled, to_jsonable
 
 #: pyflakes message classes that mean "broken": names that do not resolve, imports left behind
 CHECKED = ("UndefinedName", "UndefinedLocal", "UndefinedExport", "UnusedImport")
 
 
+CheckStatus = Literal["ok", "fail", "skip"]
+
+
 @dataclass
 class FileCheck:
     file: str
-    status: str  # ok | fail | skip
+    status: CheckStatus
     compiles: bool
     new_messages: list[str] = field(default_factory=list)
     error: str = ""
@@ -34,7 +40,7 @@ class FileCheck:
 @dataclass
 class MarkerCheck:
     patch: str
-    status: str  # ok | fail | skip (upstream)
+    status: CheckStatus  # skip: upstream has it
     missing: list[str] = field(default_factory=list)
 
 
@@ -58,17 +64,12 @@ class VerifyResult:
         return ExitCode.OK if self.ok else ExitCode.FAILURE
 
     def to_dict(self) -> dict[str, Any]:
-        from sm120kit.report import to_jsonable
-
         d: dict[str, Any] = to_jsonable(self)
         d["status"] = "ok" if self.ok else "fail"
         d["exit_code"] = int(self.exit_code)
         return d
 
     def render(self, console: Any) -> None:
-        from sm120kit.patchset.render import new_table
-        from sm120kit.report import styled
-
         t = new_table(
             f"verify {self.alias} · {self.repo} against {self.base}",
             "file", "status", "compiles", "new pyflakes findings",
@@ -104,24 +105,15 @@ def pyflakes_messages(source: str, filename: str) -> Counter[str]:
 
 
 def _base_blobs(repo: Path, base: str, files: list[str]) -> dict[str, str | None]:
-    """Base-ref contents of ``files`` via GitPython (one persistent cat-file process)."""
-    import git
-
-    r = git.Repo(str(repo))
-    try:
-        commit = r.commit(base)
-    except (git.BadName, ValueError) as exc:
-        raise UserError(f"base ref {base} is not in {repo}", hint=fetch_hint(repo, base)) from exc
-    out: dict[str, str | None] = {}
-    for f in files:
-        try:
-            blob = commit.tree / f
-        except KeyError:
-            out[f] = None
-            continue
-        out[f] = blob.data_stream.read().decode("utf-8", "replace")
-    r.close()
-    return out
+    """Base-ref contents of ``files`` (one ``git cat-file --batch``; None: not in the base)."""
+    commit = rev_parse(repo, base)
+    if commit is None:
+        raise UserError(f"base ref {base} is not in {repo}", hint=fetch_hint(repo, base))
+    blobs = read_blobs(repo, [f"{commit}:{f}" for f in files])
+    return {
+        f: (None if (b := blobs.get(f"{commit}:{f}")) is None else b.decode("utf-8", "replace"))
+        for f in files
+    }
 
 
 def verify_tree(series: Series, alias: str, repo: Path, base: str | None = None) -> VerifyResult:

@@ -29,6 +29,11 @@ def _kill_children(pids: list[int]) -> None:
             pass
 
 
+#: exit status and stderr tag of a launcher that cannot import torch
+TORCH_MISSING_EXIT = 4
+TORCH_MISSING_TAG = "sm120kit-launcher: torch cannot be imported:"
+
+
 def main(argv: list[str]) -> int:
     spec = json.loads(Path(argv[0]).read_text())
     cfg = RunConfig.from_json(spec["config"])
@@ -44,8 +49,12 @@ def main(argv: list[str]) -> int:
     except ImportError:
         pass
     warnings.filterwarnings("ignore", message=".*NumPy.*")
-    import torch  # noqa: F401  (imported once, inherited by every forked rank)
-    import torch.distributed  # noqa: F401
+    try:
+        import torch  # noqa: F401  (imported once, inherited by every forked rank)
+        import torch.distributed  # noqa: F401
+    except ImportError as exc:  # third party: say so in one line, the supervisor reports it
+        print(f"{TORCH_MISSING_TAG} {exc}", file=sys.stderr, flush=True)
+        return TORCH_MISSING_EXIT
 
     children: list[int] = []
 

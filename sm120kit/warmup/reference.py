@@ -351,7 +351,7 @@ def _is_pow2(x: torch.Tensor) -> bool:
     return bool(((m == 0.5) & (x > 0)).all())
 
 
-def trtllm_batch_decode_with_kv_cache_mla_ref(
+def trtllm_batch_decode_with_kv_cache_mla_ref(  # noqa: C901  (mirrors FlashInfer's argument checks one by one)
     query: torch.Tensor,
     kv_cache: torch.Tensor,
     workspace_buffer: torch.Tensor,

@@ -21,6 +21,7 @@ this process, with a watchdog thread over its own progress.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import select
@@ -31,6 +32,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -40,6 +42,7 @@ from sm120kit.collect.snapshot import CollectContext, collect_processes
 from sm120kit.errors import UserError
 from sm120kit.warmup.config import RunConfig
 from sm120kit.warmup.fi_backend import check_flashinfer_backend
+from sm120kit.warmup.launcher import TORCH_MISSING_EXIT, TORCH_MISSING_TAG
 from sm120kit.warmup.rank import RankRun, Reporter, log_prefix
 
 POLL_S = 0.1
@@ -114,15 +117,33 @@ Callback = Callable[[list[RankState]], None]
 LogCallback = Callable[[int, int | None, str], None]
 
 
+_TORCH_HINT = "warmup run needs torch: pip install torch (or pip install -e '.[torch]')"
+
+
+def _require_torch() -> None:
+    """Refuse before spawning anything when torch is not installed (one error line, no traceback)."""
+    if importlib.util.find_spec("torch") is None:
+        raise UserError("warmup run: torch is not installed in this Python", hint=_TORCH_HINT)
+
+
+def _import_torch() -> Any:
+    """``import torch`` without its "Failed to initialize NumPy" warning (printed before our
+    ``error:`` line when numpy is absent; warmup on CPU does not need numpy)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*NumPy.*")
+        import torch
+    return torch
+
+
 def _check_devices(cfg: RunConfig) -> dict[str, Any]:
     """Refuse early (in the supervisor) what the ranks could not run."""
     if cfg.backend == "flashinfer":
         return asdict(check_flashinfer_backend(cfg.device, cfg.dcp))
     if cfg.device == "cuda":
         try:
-            import torch
+            torch = _import_torch()
         except ImportError:
-            raise UserError("--device cuda needs torch") from None
+            raise UserError("--device cuda needs torch", hint=_TORCH_HINT) from None
         if not torch.cuda.is_available():
             raise UserError("--device cuda: torch sees no CUDA GPU", hint="use --device cpu")
         if cfg.resolved_dist_backend == "nccl" and torch.cuda.device_count() < cfg.dcp:
@@ -515,6 +536,7 @@ def run_warmup(
 ) -> RunResult:
     """Run the multi-rank warmup and return the result (never leaves a process behind)."""
     cfg.validate()
+    _require_torch()
     _check_devices(cfg)
     sup = WarmupSupervisor(cfg, on_update=on_update, on_log=on_log)
     t0 = time.monotonic()
@@ -522,6 +544,11 @@ def run_warmup(
         kind, payload = sup.run()
         wall = time.monotonic() - t0
         launcher = sup.proc.pid if sup.proc is not None else None
+        if kind == "error" and sup.proc is not None and sup.proc.poll() == TORCH_MISSING_EXIT:
+            why = next((ln.split(TORCH_MISSING_TAG, 1)[1].strip() for ln in sup.log_tail().splitlines()
+                        if TORCH_MISSING_TAG in ln), "")
+            raise UserError(f"warmup run: torch cannot be imported ({why or 'see above'})",
+                            hint=_TORCH_HINT)
         if kind == "ok":
             done = _summarize(cfg, payload, wall)
             done.launcher_pid = launcher

@@ -8,12 +8,14 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from sm120kit.collect.snapshot import collect_processes
 
 from .helpers import read_tarball
 
 
+@pytest.mark.slow  # a multi-rank gloo job run to a stall/crash: 15-30 s on 2 busy cores
 def test_collect_processes_gloo_stall(gloo_stall, tmp_path: Path) -> None:
     p, ranks, _log = gloo_stall
     pids = sorted(r.pid for r in ranks)

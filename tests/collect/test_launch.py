@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from .helpers import GLOO_JOB, leftovers, only_bundle, read_tarball, run_collect
 
@@ -22,6 +23,7 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
+@pytest.mark.slow  # a multi-rank gloo job run to a stall/crash: 15-30 s on 2 busy cores
 def test_launch_stall_bundle_has_every_rank(tmp_path: Path) -> None:
     out = tmp_path / "out"
     t0 = time.monotonic()
@@ -71,6 +73,7 @@ def test_launch_stall_bundle_has_every_rank(tmp_path: Path) -> None:
     assert leftovers(procs) == []
 
 
+@pytest.mark.slow  # a multi-rank gloo job run to a stall/crash: 15-30 s on 2 busy cores
 def test_launch_crash_on_one_rank(tmp_path: Path) -> None:
     out = tmp_path / "out"
     r = run_collect(["-o", str(out), "--stall-timeout", "60", "--deadline", "30", "--json", "--",
@@ -97,6 +100,7 @@ def test_launch_crash_on_one_rank(tmp_path: Path) -> None:
     assert leftovers(json.loads(files["processes.json"])) == []
 
 
+@pytest.mark.slow  # a multi-rank gloo job run to a stall/crash: 15-30 s on 2 busy cores
 def test_launch_watchdog_line_is_a_stall_signal(tmp_path: Path) -> None:
     out = tmp_path / "out"
     t0 = time.monotonic()
@@ -113,6 +117,7 @@ def test_launch_watchdog_line_is_a_stall_signal(tmp_path: Path) -> None:
     assert leftovers(json.loads(files["processes.json"])) == []
 
 
+@pytest.mark.slow  # a multi-rank gloo job run to a stall/crash: 15-30 s on 2 busy cores
 def test_faulthandler_fallback_when_ptrace_is_not_used(tmp_path: Path) -> None:
     """``--stacks faulthandler`` forces the no-ptrace path: our sitecustomize registered SIGUSR1
     in every launched Python process; collect signals only those and parses the dumps."""
@@ -132,6 +137,7 @@ def test_faulthandler_fallback_when_ptrace_is_not_used(tmp_path: Path) -> None:
     assert leftovers(procs) == []
 
 
+@pytest.mark.slow  # a multi-rank gloo job run to a stall/crash: 15-30 s on 2 busy cores
 def test_ctrl_c_writes_bundle_and_exits_130(tmp_path: Path) -> None:
     out = tmp_path / "out"
     p = subprocess.Popen([sys.executable, "-m", "sm120kit", "collect", "-o", str(out),

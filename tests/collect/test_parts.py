@@ -25,16 +25,12 @@ from sm120kit.collect.supervise import (
     vllm_supports_watchdog,
 )
 from sm120kit.evidence import flight, ras, stacks
+from tests.support import releases
 
 
 @pytest.fixture(scope="module")
 def vllm033() -> Path:
-    from sm120kit.patchset.release import release_tree
-
-    try:
-        return release_tree("vllm", "0.33.0")
-    except Exception as exc:  # offline and not cached
-        pytest.skip(f"network: vLLM 0.33.0 release tree unavailable: {exc}")
+    return releases.tree("vllm", "0.33.0")
 
 
 def _fake_venv(tmp: Path, vllm_tree: Path) -> Path:

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.paths import SHARED_LOGS
+
 from .helpers import leftovers, only_bundle, read_tarball, run_collect
 
-LOGS = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "vllm-logs"
-if not LOGS.is_dir():  # the checkout is /work/main; the data lives next to it
-    LOGS = Path("/work/shared/data/vllm-logs")
+LOGS = SHARED_LOGS
 pytestmark = pytest.mark.skipif(not (LOGS / "manifest.json").exists(),
                                 reason=f"the public vLLM log fixtures are not at {LOGS}")
 

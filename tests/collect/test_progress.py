@@ -31,6 +31,7 @@ def _collect(tmp_path: Path, *args: str, timeout: float = 120) -> tuple[int, dic
     return r.returncode, json.loads(r.stdout), r.stderr
 
 
+@pytest.mark.slow  # a real child run through a long quiet phase: 12-16 s on 2 busy cores
 @pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
 def test_cold_start_compiling_is_not_a_stall(tmp_path: Path) -> None:
     """~5x the stall timeout of real compiles (cc, and nvcc -arch=sm_120 where installed) with
@@ -82,6 +83,7 @@ def test_engine_ready_timeout_during_jit_is_called_a_cold_start(tmp_path: Path) 
     assert "VLLM_ENGINE_READY_TIMEOUT_S=1800" in res["reason"]
 
 
+@pytest.mark.slow  # a real child run through a long quiet phase: 12-16 s on 2 busy cores
 def test_reading_weights_is_not_a_stall(tmp_path: Path) -> None:
     weights = tmp_path / "model-00001-of-00064.safetensors"
     with open(weights, "wb") as fh:

@@ -9,6 +9,8 @@ import socket
 import sys
 from pathlib import Path
 
+import pytest
+
 from sm120kit.evidence.redact import REDACTED, Redactor, is_secret_env_name, is_secret_flag
 
 from .helpers import only_bundle, read_tarball, run_collect
@@ -42,6 +44,7 @@ while True:
 '''
 
 
+@pytest.mark.slow  # a real child run through a long quiet phase: 12-16 s on 2 busy cores
 def test_no_secret_reaches_the_bundle(tmp_path: Path) -> None:
     script = tmp_path / "child.py"
     script.write_text(CHILD)

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-LOG_DIR = Path(__file__).resolve().parents[3] / "shared" / "data" / "vllm-logs"
-if not LOG_DIR.is_dir():  # checkout not under /work/main
-    LOG_DIR = Path("/work/shared/data/vllm-logs")
+from tests.support.paths import SHARED_LOGS
+
+LOG_DIR = SHARED_LOGS
 
 
 def manifest() -> list[dict[str, Any]]:

@@ -102,6 +102,7 @@ def test_all_ranks_waiting_with_spinning_gpus_is_a_kernel_hang(tmp_path: Path) -
     assert "stack-asymmetry" not in {x.rule for x in res.findings}
 
 
+@pytest.mark.slow  # a multi-rank gloo job run to a stall/crash: 15-30 s on 2 busy cores
 def test_real_collect_bundle_of_a_stalled_gloo_job(tmp_path: Path) -> None:
     """End to end: `sm120kit collect` supervises a real 3-rank gloo job where rank 1 skips a
     collective; diagnose must name rank 1 from the stacks and the Flight Recorder dumps."""
@@ -126,6 +127,7 @@ def test_real_collect_bundle_of_a_stalled_gloo_job(tmp_path: Path) -> None:
     assert res.exit_code == 1
 
 
+@pytest.mark.slow  # a multi-rank gloo job run to a stall/crash: 15-30 s on 2 busy cores
 def test_real_collect_bundle_of_a_crashed_rank(tmp_path: Path) -> None:
     """`collect` of the real gloo job where rank 1 raises in warmup and the survivors then fail
     in gloo ("Connection closed by peer"): the first dead rank is rank 1, not the cascade."""

@@ -19,6 +19,7 @@ import pytest
 
 from sm120kit.diagnose.engine import diagnose
 from sm120kit.evidence.logs.nccl_diag import NcclDiag
+from tests.support import releases
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "kv"
 
@@ -146,12 +147,7 @@ def test_diagnose_names_the_failing_pair(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_nccl_diag_formats_in_the_real_library() -> None:
     """The variable names and the report lines we parse, in NCCL 2.32.3's libnccl.so.2."""
-    from sm120kit.patchset.release import fetch_wheel
-
-    try:
-        whl = fetch_wheel("nvidia-nccl-cu13", "2.32.3")
-    except Exception as exc:  # offline and not cached
-        pytest.skip(f"nvidia-nccl-cu13 2.32.3 not available: {exc}")
+    whl = releases.wheel("nvidia-nccl-cu13", "2.32.3")
     with zipfile.ZipFile(whl) as z:
         name = next(n for n in z.namelist() if n.endswith("lib/libnccl.so.2"))
         blob = z.read(name)

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from sm120kit.patchset.release import release_tree
+from tests.support.paths import ROOT
 
 GLM5_CONFIG: dict[str, Any] = {
     "architectures": ["GlmMoeDsaForCausalLM"],
@@ -62,7 +63,7 @@ DSV32_CONFIG: dict[str, Any] = {
     "torch_dtype": "bfloat16",
 }
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = ROOT
 
 
 @pytest.fixture(scope="session")

@@ -52,6 +52,7 @@ def glm_log(avail: float, tokens: int, mml: int, conc: float, one_line: bool) ->
     return out
 
 
+@pytest.mark.network  # a vLLM/FlashInfer release wheel (PyPI)
 @pytest.mark.parametrize("version,one_line", [("0.25.1", False), ("0.34.0", True)])
 def test_vllm_sources_print_the_formats_we_read(version: str, one_line: bool) -> None:
     """The format strings in the release wheels match what the reader parses (both forms)."""

@@ -51,6 +51,7 @@ def _cubin_record(site: Path, version: str) -> None:
                                  f"Version: {version}\n")
 
 
+@pytest.mark.network  # a vLLM/FlashInfer release wheel (PyPI)
 def test_flashinfer_version_guard(tmp_path: Path) -> None:
     fi = release_tree("flashinfer-python", "0.6.14")
     src = (fi / "flashinfer" / "jit" / "env.py").read_text()
@@ -105,6 +106,7 @@ def test_p2p_on_sm120_pcie(tmp_path: Path) -> None:
         "nccl.p2p_pcie").status == "ok"
 
 
+@pytest.mark.network  # a vLLM/FlashInfer release wheel (PyPI)
 @pytest.mark.parametrize("version,status", [("0.25.1", "fail"), ("0.33.0", "ok")])
 def test_interleave_on_rejecting_indexer(tmp_path: Path, version: str, status: str) -> None:
     tree = release_tree("vllm", version)

@@ -9,6 +9,7 @@ from pathlib import Path
 from sm120kit.doctor import run_doctor
 from sm120kit.facts import vllm as fv
 from sm120kit.patchset.release import release_tree
+from tests.support.paths import ROOT
 
 
 def _run(tmp_path: Path, paths: list[Path], **kw):  # type: ignore[no-untyped-def]
@@ -66,7 +67,7 @@ def test_partially_applied_series(vllm_tree: Path, tmp_path: Path) -> None:
     import shutil
     import subprocess
 
-    repo = Path(__file__).resolve().parents[2]
+    repo = ROOT
     dest = tmp_path / "partial"
     shutil.copytree(vllm_tree / "vllm-0.33.0.dist-info", dest / "vllm-0.33.0.dist-info")
     shutil.copytree(vllm_tree / "vllm" / "v1" / "attention" / "backends",

@@ -2,9 +2,13 @@
 
 Usage: python crosscheck_dcp_index.py VLLM_TREE [--cases N] [--seed S]
 
-``VLLM_TREE`` is a directory holding a vLLM release's ``vllm/`` package (the PyPI wheel's Python
-files are enough: the helper is a Triton kernel, JIT-compiled by the machine's Triton). Prints one
-JSON object: the cases run, the mismatches found and the release's version.
+``VLLM_TREE`` is a directory holding a vLLM release's ``vllm/`` package AND its
+``vllm-X.dist-info/`` (the PyPI wheel's Python files alone are not enough: without the dist-info
+vLLM cannot find its own version and disables Triton, and importing ``sparse_utils`` pulls in
+vLLM's import chain — pydantic, transformers, ... — which must be on ``PYTHONPATH``).
+``bash scripts/device_validate.sh --prepare`` builds both for a GPU machine without PyPI. The
+helper itself is a Triton kernel, JIT-compiled by the machine's Triton. Prints one JSON object:
+the cases run, the mismatches found and the release's version.
 """
 
 from __future__ import annotations

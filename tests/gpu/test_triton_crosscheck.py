@@ -3,8 +3,9 @@
 Runs the real helper from a real vLLM release's ``sparse_utils.py`` (JIT-compiled by this machine's
 Triton on a CUDA GPU) on random block tables and top-k sets for DCP 1/2/4/8 and interleaves 1/16/64,
 and requires identical slot sets and valid counts on every rank. Needs a GPU, Triton, and an
-importable vLLM release tree: ``SM120KIT_VLLM_TREE`` (a directory holding ``vllm/``) or an
-installed ``vllm``. Skips with the reason elsewhere.
+importable vLLM release tree: ``SM120KIT_VLLM_TREE`` (a directory holding ``vllm/`` and its
+``vllm-X.dist-info/``, with vLLM's import chain on ``PYTHONPATH``; ``scripts/device_validate.sh
+--prepare`` builds both) or an installed ``vllm``. Skips with the reason elsewhere.
 """
 
 from __future__ import annotations

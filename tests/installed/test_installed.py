@@ -21,7 +21,7 @@ from sm120kit.cli import run
 from sm120kit.errors import UserError
 from sm120kit.facts.series import load_series
 from sm120kit.patchset import installed
-from tests.installed.conftest import Env, hash_tree, pristine
+from tests.support.venvs import Env, hash_tree, pristine
 
 
 def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict | None, str]:
@@ -49,6 +49,8 @@ def test_apply_status_revert_roundtrip(envs: dict[str, Env], version: str,
     rc, doc, err = cli(capsys, "apply", "--installed", "--python", py, "--json")
     assert rc == 0, err
     assert doc and doc["status"] == "applied" and doc["alias"] == f"vllm-{version}"
+    # the undo hint addresses the same interpreter
+    assert f"`sm120kit revert --installed --python {py}`" in doc["message"]
     series = load_series()
     variant = series.variant(series.targets[f"vllm-{version}"].variant)
     assert doc["variant"] == variant.name
@@ -82,8 +84,9 @@ def test_apply_status_revert_roundtrip(envs: dict[str, Env], version: str,
     assert doc and doc["status"] == "reverted"
     assert hash_tree(env.site) == before  # every file byte-identical, state dir gone
 
+    # as `status` on a checkout: a series that is not in exits 1
     rc, doc, _ = cli(capsys, "status", "--installed", "--python", py, "--json")
-    assert rc == 0 and doc and doc["status"] == "not-applied"
+    assert rc == 1 and doc and doc["status"] == "not-applied"
 
 
 def test_edit_after_apply_blocks_revert_unless_force(envs: dict[str, Env],

@@ -16,31 +16,20 @@ from pathlib import Path
 
 import pytest
 
-from sm120kit.errors import UserError
 from sm120kit.facts.series import Series, Variant, load_series
+from tests.support import releases
+from tests.support.gitrepo import SERIES_IDENTITY, git_proc
+from tests.support.paths import SM, WS, WU  # noqa: F401  (the series tests import them from here)
 
 RELEASES = ["0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.34.0"]
 
-WS = "vllm/v1/attention/backends/mla/flashinfer_mla_sparse.py"
-SM = "vllm/v1/attention/backends/mla/flashinfer_mla_sparse_sm120.py"
-WU = "vllm/v1/worker/gpu/warmup.py"
 
-SERIES_IDENTITY = {
-    "GIT_COMMITTER_NAME": "sm120kit",
-    "GIT_COMMITTER_EMAIL": "sm120kit@localhost",
-    "GIT_COMMITTER_DATE": "2026-12-02T12:00:00+0000",
-}
 
 
 def git(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
-    env.update(SERIES_IDENTITY)
-    env.update({"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull,
-                "GIT_TERMINAL_PROMPT": "0"})
-    proc = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"git {' '.join(args)} failed in {cwd}:\n{proc.stderr}")
-    return proc
+    """``git`` as the series' committer, no global config (``git am`` recreates its commits)."""
+    return git_proc(cwd, *args, check=check,
+                    identity={**SERIES_IDENTITY, "GIT_CONFIG_GLOBAL": os.devnull})
 
 
 @dataclass
@@ -84,12 +73,7 @@ _APPLIED: dict[str, Applied] = {}
 
 
 def _apply(series: Series, release: str, workdir: Path) -> Applied:
-    from sm120kit.patchset.release import release_repo
-
-    try:
-        base = release_repo(release)
-    except UserError as exc:  # no wheel in the cache and PyPI unreachable
-        pytest.skip(f"vLLM {release} wheel unavailable: {exc}")
+    base = releases.repo(release)
     variant = variant_of(series, release)
     tree = workdir / f"vllm-{release}"
     git(workdir, "clone", "-q", "--shared", str(base), str(tree))

@@ -14,8 +14,8 @@ import re
 
 import pytest
 
-from sm120kit.errors import UserError
 from sm120kit.facts.series import Series
+from tests.support import releases
 
 from .astutil import find_class, find_func, kw, one_call, src
 from .conftest import SM, get_applied
@@ -46,14 +46,9 @@ def test_034_pins_a_flashinfer_not_on_pypi() -> None:
 def test_launcher_keywords_accepted_by_pinned_flashinfer(
     release: str, series: Series, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    from sm120kit.patchset.release import release_tree
-
     applied = get_applied(series, release, tmp_path_factory)
     pin = _pinned_flashinfer(release)
-    try:
-        fi = release_tree("flashinfer-python", pin)
-    except UserError as exc:
-        pytest.skip(f"flashinfer-python {pin} unavailable: {exc}")
+    fi = releases.tree("flashinfer-python", pin)
     core = ast.parse((fi / "flashinfer" / "mla" / "_core.py").read_text(encoding="utf-8"))
     entry = find_func(core, FI_ENTRY)
     params = {a.arg for a in entry.args.args + entry.args.kwonlyargs}

@@ -15,12 +15,14 @@ import pytest
 from pyflakes import checker
 
 from sm120kit.facts.series import Series
+from tests.support.paths import ROOT
 
 from .conftest import Applied, get_applied, git
 
 VARIANTS = ["v0.30-0.31", "v0.32-0.33", "v0.34"]
 
-ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.network  # builds vLLM release trees/repositories (PyPI wheels)
+
 
 
 def test_git_am_applies_every_patch_cleanly(applied: Applied) -> None:

@@ -14,13 +14,13 @@ from unidiff import PatchSet
 
 from sm120kit.errors import UserError
 from sm120kit.facts.series import Series, load_series
+from tests.support.paths import ROOT
 
 from .conftest import RELEASES
 
 # The variants this directory tests (patches/ may hold more, e.g. for older releases).
 VARIANTS = ("v0.30-0.31", "v0.32-0.33", "v0.34")
 
-ROOT = Path(__file__).resolve().parents[2]
 TOOL = ROOT / "scripts" / "series_tool.py"
 HEX40 = re.compile(r"^index ([0-9a-f]{40})\.\.([0-9a-f]{40})( \d+)?$", re.M)
 

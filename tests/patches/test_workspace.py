@@ -12,12 +12,10 @@ import ast
 from types import SimpleNamespace
 from typing import Any
 
-import pytest
+import torch  # tests/requirements.txt installs it: a missing torch fails, it does not skip
 
 from .astutil import find_func, src
 from .conftest import WS, Applied
-
-torch = pytest.importorskip("torch")
 
 SIZE = 1024
 

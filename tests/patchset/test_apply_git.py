@@ -13,9 +13,11 @@ import stat
 from pathlib import Path
 
 import pytest
-from conftest import SM120, SPARSE_UTILS, MiniSeries, edit, git, state_fingerprint
 
 from sm120kit.cli import run
+from tests.support.gitrepo import edit, git, state_fingerprint
+from tests.support.miniseries import MiniSeries
+from tests.support.paths import SM120, SPARSE_UTILS
 
 ALIAS = "vllm-0.34.0"
 BRANCH = f"sm120kit/dcp-{ALIAS}"
@@ -402,7 +404,6 @@ def test_port_is_delegated_with_from_and_refused_with_no_port(
     mini_series: MiniSeries, checkout: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """When `git am -3` fails and --from is given, the 3-way porting engine takes over."""
-    pytest.importorskip("sm120kit.patchset.port", reason="the porting engine is not in this build")
     edit(checkout / SM120, "    is_sparse = True\n", "    is_sparse = True  # local change\n")
     git(checkout, "commit", "-qam", "local change in the patched context")
     git(checkout, "tag", "-f", "v0.34.0")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import SM120, git
-
 from sm120kit.patchset.snapshot import snapshot_diff, snapshot_repo_state
+from tests.support.gitrepo import git
+from tests.support.paths import SM120
 
 
 def test_snapshot_sees_each_kind_of_change(checkout: Path, tmp_path: Path) -> None:

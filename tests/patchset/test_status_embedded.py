@@ -8,9 +8,11 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import SM120, MiniSeries, edit, git, state_fingerprint
 
 from sm120kit.cli import run
+from tests.support.gitrepo import edit, git, state_fingerprint
+from tests.support.miniseries import MiniSeries
+from tests.support.paths import SM120
 
 ALIAS = "vllm-0.34.0"
 

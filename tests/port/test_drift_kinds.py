@@ -25,8 +25,8 @@ from sm120kit.patchset.defmerge import MergeOutcome, check_result, cut, line_mer
 from sm120kit.patchset.port import port_series, series_steps
 from sm120kit.patchset.release import release_tree
 from sm120kit.patchset.snapshot import snapshot_repo_state
-from tests.port.conftest import SM, WS, drift_unrelated, edit, git, make_fork
 from tests.port.drift import KINDS, drift_files
+from tests.support.forks import SM, WS, drift_unrelated, edit, git, make_fork
 
 pytestmark = pytest.mark.network  # the 0.33.0 / 0.34.0 wheels (cached after the first run)
 

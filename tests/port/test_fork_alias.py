@@ -17,7 +17,10 @@ import pytest
 from sm120kit.cli import run
 from sm120kit.patchset.snapshot import snapshot_repo_state
 from sm120kit.paths import cache_dir
-from tests.port.conftest import SM, WU, edit, git, make_fork
+from tests.support.forks import SM, WU, edit, git, make_fork
+from tests.support.paths import PATCHES
+
+pytestmark = pytest.mark.network  # builds vLLM release trees/repositories (PyPI wheels)
 
 ALIAS = "eldritch-20260627"
 BRANCH = "codex/eldritch-enlightenment-release-20260627"
@@ -52,7 +55,7 @@ def remote(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def use_remote(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, url: str) -> Path:
     patches = tmp_path / "patches"
-    shutil.copytree(Path(__file__).resolve().parents[2] / "patches", patches)
+    shutil.copytree(PATCHES, patches)
     m = json.loads((patches / "manifest.json").read_text())
     t = m["targets"][ALIAS]
     assert t["status"] == "unverified-here" and t["port_from"] == "v0.26-0.29"

@@ -20,7 +20,7 @@ from sm120kit.facts.series import load_series
 from sm120kit.patchset.port import port_series
 from sm120kit.patchset.release import release_tree
 from sm120kit.patchset.snapshot import snapshot_repo_state
-from tests.port.conftest import (
+from tests.support.forks import (
     SM,
     WS,
     WU,
@@ -31,6 +31,8 @@ from tests.port.conftest import (
     git,
     make_fork,
 )
+
+pytestmark = pytest.mark.network  # builds vLLM release trees/repositories (PyPI wheels)
 
 VERSION = "0.33.0"
 ALIAS = f"vllm-{VERSION}"

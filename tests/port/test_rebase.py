@@ -17,7 +17,9 @@ from sm120kit.facts.series import load_series
 from sm120kit.patchset.release import release_repo
 from sm120kit.patchset.snapshot import snapshot_repo_state
 from sm120kit.paths import patches_dir
-from tests.port.conftest import SM, drift_unrelated, git, make_fork
+from tests.support.forks import SM, drift_unrelated, git, make_fork
+
+pytestmark = pytest.mark.network  # builds vLLM release trees/repositories (PyPI wheels)
 
 
 def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict, str]:

@@ -37,7 +37,9 @@ from tests.patches.astutil import (
     one_call,
     src,
 )
-from tests.port.conftest import SM, WS, WU, git
+from tests.support.forks import SM, WS, WU, git
+
+pytestmark = pytest.mark.network  # builds vLLM release trees/repositories (PyPI wheels)
 
 RELEASES = ["0.26.0", "0.27.0", "0.27.1", "0.28.0", "0.29.0"]
 

@@ -21,6 +21,9 @@ import pytest
 
 from sm120kit.facts.dcp import warmup_decode_prompt_len
 
+# release trees (PyPI wheels); each case runs a patched vLLM warmup in subprocesses (75-90 s)
+pytestmark = [pytest.mark.network, pytest.mark.slow]
+
 RUNTIME = Path(__file__).resolve().parents[1] / "runtime"
 WORKER = Path(__file__).resolve().parent / "rt_warmup_worker.py"
 DECODE_ID = "_v2_mixed_warmup_decode_"

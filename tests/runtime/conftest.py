@@ -9,10 +9,10 @@ Each vLLM release X is run from its own directory, never installed into the test
   series applied by plain ``git apply`` (one patch at a time, in series order). Rebuilt when the
   patch files change (their sha256s are the cache key).
 * ``<cache>/runtime/nodeps``: ``xgrammar`` installed with ``--no-deps`` (its ``triton``
-  requirement is a 1 GB GPU compiler that is useless here; see requirements.txt).
+  requirement is a 1 GB GPU compiler that is useless here; see tests/requirements.txt).
 
 The third-party import chain (numpy, pydantic, transformers, ...) comes from
-``tests/runtime/requirements.txt``, installed into the test interpreter by CI.
+``tests/requirements.txt``, installed by the README's test command.
 
 A run is ``python -m rtworker <mode> ...`` in a subprocess whose ``PYTHONPATH`` starts with the
 tree, so every release (and patched vs. upstream) lives in its own process. Bytecode goes to

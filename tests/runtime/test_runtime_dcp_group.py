@@ -12,12 +12,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from rt_expect import expected, max_excess
+import pytest
+
+from tests.runtime.rt_expect import expected, max_excess
 
 SCALE = 0.0721
 RELEASE = "0.33.0"
 
 
+@pytest.mark.slow  # a real vLLM DCP group over gloo: ~75 s
 def test_real_gloo_dcp_group_matches_stand_in(runtime_results: Any) -> None:
     import torch
 

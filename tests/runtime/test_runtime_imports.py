@@ -11,7 +11,8 @@ import importlib.util
 from pathlib import Path
 
 import pytest
-from rt_expect import RELEASES
+
+from tests.runtime.rt_expect import RELEASES
 
 MODULES = (
     "vllm.v1.attention.backends.mla.flashinfer_mla_sparse_sm120",
@@ -21,7 +22,7 @@ MODULES = (
     "vllm.v1.attention.ops.dcp",
 )
 
-# the third-party packages of tests/runtime/requirements.txt that vLLM's import chain needs
+# the third-party packages of tests/requirements.txt that vLLM's import chain needs
 REQUIRED = ("numpy", "pydantic", "transformers", "msgspec", "zmq", "cbor2", "openai",
             "openai_harmony", "fastapi", "llguidance", "einops", "tvm_ffi")
 
@@ -30,13 +31,14 @@ def test_requirements_installed() -> None:
     missing = [m for m in REQUIRED if importlib.util.find_spec(m) is None]
     assert not missing, (
         f"runtime test requirements missing: {missing}; "
-        "run `pip install -r tests/runtime/requirements.txt`"
+        "run `pip install -r tests/requirements.txt`"
     )
     import torch
 
     assert torch.__version__.split("+")[0] == "2.13.0", torch.__version__
 
 
+@pytest.mark.slow  # builds and runs every release's patched tree (the session's runtime results): 20-80 s
 @pytest.mark.parametrize("kind", ["patched", "upstream"])
 @pytest.mark.parametrize("release", RELEASES)
 def test_release_imports_on_cpu(runtime_results, release: str, kind: str) -> None:

@@ -23,7 +23,9 @@ from functools import cache
 from typing import Any
 
 import pytest
-from rt_expect import (
+
+from sm120kit.warmup.reference import trtllm_batch_decode_with_kv_cache_mla_ref
+from tests.runtime.rt_expect import (
     LSE_ATOL,
     OUT_ATOL,
     OUT_RTOL,
@@ -32,8 +34,6 @@ from rt_expect import (
     max_excess,
     owned_counts,
 )
-
-from sm120kit.warmup.reference import trtllm_batch_decode_with_kv_cache_mla_ref
 
 H_LOCAL = 4
 SCALE = 0.0721

@@ -19,9 +19,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from rt_expect import RELEASES, release_key
 
 from sm120kit.facts.dcp import local_len, plan_prompt, warmup_decode_prompt_len
+from tests.runtime.rt_expect import RELEASES, release_key
 
 DECODE_ID = "_v2_mixed_warmup_decode_"
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from rt_expect import RELEASES
+
+from tests.runtime.rt_expect import RELEASES
 
 
 @pytest.mark.parametrize("release", RELEASES)

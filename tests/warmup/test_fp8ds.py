@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
+import torch  # tests/requirements.txt installs it: a missing torch fails, it does not skip
 
-torch = pytest.importorskip("torch")
-
-from sm120kit.facts import fp8ds  # noqa: E402
+from sm120kit.facts import fp8ds
 
 
 def test_row_bytes() -> None:

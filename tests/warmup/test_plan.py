@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -11,6 +9,7 @@ from hypothesis import strategies as st
 from sm120kit.errors import UserError
 from sm120kit.facts import dcp as P
 from sm120kit.facts.serve_args import parse_human_int, parse_serve_args
+from tests.support.paths import PATCHES
 
 
 def test_ownership_hand_cases() -> None:
@@ -178,7 +177,7 @@ def test_parse_serve_args_variants() -> None:
 
 def _patch_helpers() -> list[tuple[str, str]]:
     """(variant, source of dcp_decode_prompt_len) from every warmup patch of the series."""
-    root = Path(__file__).resolve().parents[2] / "patches"
+    root = PATCHES
     out = []
     for patch in sorted(root.glob("*/*warmup*.patch")):
         added = [

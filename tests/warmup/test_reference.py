@@ -9,12 +9,12 @@ import math
 import zipfile
 
 import pytest
+import torch  # tests/requirements.txt installs it: a missing torch fails, it does not skip
 
-torch = pytest.importorskip("torch")
-
-from sm120kit.facts import dcp as P  # noqa: E402
-from sm120kit.facts.fp8ds import pack_fp8_ds_mla, unpack_fp8_ds_mla  # noqa: E402
-from sm120kit.warmup import reference as R  # noqa: E402
+from sm120kit.facts import dcp as P
+from sm120kit.facts.fp8ds import pack_fp8_ds_mla, unpack_fp8_ds_mla
+from sm120kit.warmup import reference as R
+from tests.support import releases
 
 
 def brute_convert(req, bt, ti, n, rank, i, b, stride, compact=True):
@@ -374,12 +374,7 @@ def _our_signature(fn) -> list[tuple[str, str | None]]:
 
 
 def _wheel_source(project: str, version: str, member: str) -> str:
-    from sm120kit.patchset.release import fetch_wheel
-
-    try:
-        whl = fetch_wheel(project, version)
-    except Exception as exc:  # offline and not cached
-        pytest.skip(f"{project} {version} wheel unavailable: {exc}")
+    whl = releases.wheel(project, version)
     with zipfile.ZipFile(whl) as zf:
         return zf.read(member).decode()
 

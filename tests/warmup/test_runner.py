@@ -23,8 +23,6 @@ from sm120kit.errors import UserError
 from sm120kit.warmup.config import RunConfig
 from sm120kit.warmup.runner import run_warmup
 
-pytest.importorskip("torch")
-
 
 def _gone(pids: list[int]) -> bool:
     """True when none of ``pids`` is a live (non-zombie) process."""

@@ -15,15 +15,14 @@ from typing import Any
 
 def run(out_dir: Any, rank: int, world: int, port: int) -> dict[str, Any]:
     import torch
+    from rtworker import impl_case
+    from rtworker.standins import Recorder
     from vllm.config import set_current_vllm_config
     from vllm.distributed.parallel_state import (
         get_dcp_group,
         init_distributed_environment,
         initialize_model_parallel,
     )
-
-    from rtworker import impl_case
-    from rtworker.standins import Recorder
 
     rec = Recorder()
     rec.install()

@@ -62,10 +62,9 @@ def run_init_fetch() -> dict[str, Any]:
     import importlib
 
     import torch
-    from vllm.config import set_current_vllm_config
-
     from rtworker import impl_case
     from rtworker.standins import clear_groups, set_dcp_rank
+    from vllm.config import set_current_vllm_config
 
     mod = importlib.import_module("vllm.v1.attention.backends.mla.flashinfer_mla_sparse_sm120")
     requests: list[str] = []
@@ -98,11 +97,10 @@ def run_init_fetch() -> dict[str, Any]:
 def run_forward_refetch(out_dir: Any) -> dict[str, Any]:
     """An impl holding another device's workspace must fetch q's device's buffer in forward."""
     import torch
-    from vllm.config import set_current_vllm_config
-    from vllm.v1.attention.backends.mla import flashinfer_mla_sparse as fms
-
     from rtworker import impl_case
     from rtworker.standins import Recorder, clear_groups, set_dcp_rank
+    from vllm.config import set_current_vllm_config
+    from vllm.v1.attention.backends.mla import flashinfer_mla_sparse as fms
 
     rec = Recorder()
     rec.install()

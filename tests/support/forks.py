@@ -8,7 +8,6 @@ drift under test. Nothing is mocked.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -16,37 +15,21 @@ from pathlib import Path
 
 from sm120kit.facts.series import load_series
 from sm120kit.patchset.release import release_tree
+from tests.support import gitrepo
+from tests.support.paths import SM, WS, WU
 
-SM = "vllm/v1/attention/backends/mla/flashinfer_mla_sparse_sm120.py"
-WS = "vllm/v1/attention/backends/mla/flashinfer_mla_sparse.py"
-WU = "vllm/v1/worker/gpu/warmup.py"
-
-FORK_ENV = {
-    "GIT_AUTHOR_NAME": "Fork Maintainer",
-    "GIT_AUTHOR_EMAIL": "fork@example.invalid",
-    "GIT_COMMITTER_NAME": "Fork Maintainer",
-    "GIT_COMMITTER_EMAIL": "fork@example.invalid",
-    "GIT_AUTHOR_DATE": "2026-06-27T10:00:00+0000",
-    "GIT_COMMITTER_DATE": "2026-06-27T10:00:00+0000",
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_TERMINAL_PROMPT": "0",
-}
+__all__ = ["SM", "WS", "WU", "blob_present", "drift_patched_lines", "drift_renamed_context",
+           "drift_unrelated", "edit", "git", "make_fork", "touched_files"]
 
 
 def git(cwd: Path, *args: str, check: bool = True) -> str:
-    env = dict(os.environ)
-    env.update(FORK_ENV)
-    proc = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"git {' '.join(args)} failed in {cwd}: {proc.stderr}")
-    return proc.stdout
+    """``git`` as the fork's maintainer (fixed identity and dates)."""
+    return gitrepo.git(cwd, *args, check=check, identity=gitrepo.FORK_IDENTITY)
 
 
 def edit(root: Path, rel: str, old: str, new: str, count: int = 1) -> None:
-    p = root / rel
-    text = p.read_text()
-    assert text.count(old) >= 1, (rel, old)
-    p.write_text(text.replace(old, new, count))
+    """Replace ``old`` by ``new`` in ``root/rel``."""
+    gitrepo.edit(root / rel, old, new, count)
 
 
 def touched_files() -> list[str]:
@@ -81,9 +64,6 @@ def blob_present(repo: Path, data: bytes) -> bool:
     sha = subprocess.run(["git", "hash-object", "--stdin"], input=data, capture_output=True,
                          cwd=repo, check=True).stdout.decode().strip()
     return subprocess.run(["git", "cat-file", "-e", sha], cwd=repo).returncode == 0
-
-
-# ---- the three kinds of drift of the issue -------------------------------------------------
 
 
 def drift_unrelated(root: Path) -> None:

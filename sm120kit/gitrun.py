@@ -1,12 +1,15 @@
-"""Thin, isolated ``git`` subprocess calls used by the patch engine.
+"""The one way sm120kit runs ``git`` (base layer: imports only :mod:`sm120kit.errors`).
 
-Every call runs with ``GIT_CONFIG_NOSYSTEM=1``, no terminal prompts, no pager, hooks disabled and
-automatic gc off, so that applying the series never runs the user's hooks or repacks their
-repository. Nothing here writes git configuration: per-command settings go through ``-c``.
+Every call runs with ``GIT_CONFIG_NOSYSTEM=1``, no terminal prompts, no pager, no editor, hooks
+disabled (``core.hooksPath=/dev/null``, so a user's global hooks path never applies) and
+automatic gc/maintenance off, so that nothing sm120kit does runs the user's hooks or repacks
+their repository. Nothing here writes git configuration: per-command settings go through ``-c``.
+``ceiling=True`` stops git's repository discovery at the working directory (for commands run in a
+scratch tree that may sit inside somebody's checkout, e.g. a cache under ``.ci/``).
 
-GitPython is deliberately not used on this path: importing it costs ~110 ms, more than applying
-the whole series with ``git am``; the commands that are not latency-bound (``verify``, the
-embedded default) use it.
+:func:`run_git` returns text, :func:`run_git_bytes` bytes (file contents, patches, merges).
+GitPython is not used: importing it costs ~110 ms, more than applying the whole series, and
+``git cat-file --batch`` (:func:`read_blobs`) does what it was used for.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ SAFE_CONFIG: tuple[str, ...] = (
     "-c", "maintenance.auto=false",
     "-c", "advice.detachedHead=false",
     "-c", "core.pager=cat",
+    "-c", "credential.interactive=false",
 )
 
 #: extra ``-c`` settings for ``git am``: identity and a stable, non-interactive behaviour.
@@ -54,12 +58,15 @@ class GitFailed(Exception):
         self.stderr = stderr
 
 
-def git_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+def git_env(extra: Mapping[str, str] | None = None, *, ceiling: Path | str | None = None) -> dict[str, str]:
+    """The environment of every git call; ``ceiling``: stop repository discovery below it."""
     env = dict(os.environ)
     env.update(
         {
             "GIT_CONFIG_NOSYSTEM": "1",
             "GIT_TERMINAL_PROMPT": "0",
+            "GIT_ASKPASS": "",
+            "SSH_ASKPASS": "",
             "GIT_PAGER": "cat",
             # never rewrite the user's index opportunistically (`git status` would refresh it)
             "GIT_OPTIONAL_LOCKS": "0",
@@ -68,11 +75,48 @@ def git_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
             "LANGUAGE": "C",
         }
     )
-    for var in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY"):
+    for var in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY",
+                "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_NAMESPACE", "GIT_CEILING_DIRECTORIES"):
         env.pop(var, None)
+    if ceiling is not None:
+        env["GIT_CEILING_DIRECTORIES"] = str(Path(ceiling).resolve())
     if extra:
         env.update(extra)
     return env
+
+
+def _run(
+    args: Sequence[str],
+    cwd: Path | str,
+    *,
+    text: bool,
+    env: Mapping[str, str] | None,
+    input: bytes | None,
+    config: Sequence[str],
+    timeout: float,
+    ceiling: bool,
+    stderr_to_terminal: bool = False,
+) -> subprocess.CompletedProcess:
+    cmd = ["git", *SAFE_CONFIG, *config, *args]
+    # ceiling=True: git may look in cwd itself but never above it
+    env_ = git_env(env, ceiling=Path(cwd).resolve().parent if ceiling else None)
+    try:
+        if text:
+            return subprocess.run(
+                cmd, cwd=str(cwd), env=env_,
+                input=input.decode("utf-8", "surrogateescape") if input is not None else None,
+                stdout=subprocess.PIPE, stderr=None if stderr_to_terminal else subprocess.PIPE,
+                text=True, errors="replace", timeout=timeout,
+            )
+        return subprocess.run(
+            cmd, cwd=str(cwd), env=env_, input=input,
+            stdout=subprocess.PIPE, stderr=None if stderr_to_terminal else subprocess.PIPE,
+            timeout=timeout,
+        )
+    except FileNotFoundError as exc:
+        if not Path(cwd).is_dir():
+            raise UserError(f"{cwd} is not a directory") from exc
+        raise UserError("git is not installed or not on PATH", hint="install git >= 2.30") from exc
 
 
 def run_git(
@@ -84,24 +128,37 @@ def run_git(
     input: bytes | None = None,
     config: Sequence[str] = (),
     timeout: float = 600,
+    ceiling: bool = False,
+    stderr_to_terminal: bool = False,
 ) -> subprocess.CompletedProcess[str]:
     """Run ``git <args>`` in ``cwd``; text output. Raises :class:`GitFailed` when ``check``."""
-    cmd = ["git", *SAFE_CONFIG, *config, *args]
-    try:
-        proc = subprocess.run(
-            cmd,
-            cwd=str(cwd),
-            env=git_env(env),
-            input=input.decode("utf-8", "surrogateescape") if input is not None else None,
-            capture_output=True,
-            text=True,
-            errors="replace",
-            timeout=timeout,
-        )
-    except FileNotFoundError as exc:
-        raise UserError("git is not installed or not on PATH", hint="install git >= 2.30") from exc
+    proc: subprocess.CompletedProcess[str] = _run(
+        args, cwd, text=True, env=env, input=input, config=config, timeout=timeout,
+        ceiling=ceiling, stderr_to_terminal=stderr_to_terminal,
+    )
     if check and proc.returncode != 0:
-        raise GitFailed(args, proc.returncode, proc.stdout, proc.stderr)
+        raise GitFailed(args, proc.returncode, proc.stdout, proc.stderr or "")
+    return proc
+
+
+def run_git_bytes(
+    args: Sequence[str],
+    cwd: Path | str,
+    *,
+    check: bool = True,
+    env: Mapping[str, str] | None = None,
+    input: bytes | None = None,
+    config: Sequence[str] = (),
+    timeout: float = 600,
+    ceiling: bool = False,
+) -> subprocess.CompletedProcess[bytes]:
+    """Run ``git <args>`` in ``cwd``; bytes in and out. Raises :class:`GitFailed` when ``check``."""
+    proc: subprocess.CompletedProcess[bytes] = _run(
+        args, cwd, text=False, env=env, input=input, config=config, timeout=timeout,
+        ceiling=ceiling,
+    )
+    if check and proc.returncode != 0:
+        raise GitFailed(args, proc.returncode, "", proc.stderr.decode("utf-8", "replace"))
     return proc
 
 
@@ -123,17 +180,8 @@ def resolve_many(repo: Path, revs: Iterable[str]) -> dict[str, str | None]:
     wanted = list(dict.fromkeys(revs))
     if not wanted:
         return {}
-    proc = subprocess.run(
-        ["git", *SAFE_CONFIG, "cat-file", "--batch-check=%(objectname) %(objecttype)"],
-        cwd=str(repo),
-        env=git_env(),
-        input=("\n".join(wanted) + "\n").encode("utf-8"),
-        capture_output=True,
-        timeout=120,
-    )
-    if proc.returncode != 0:
-        raise GitFailed(["cat-file", "--batch-check"], proc.returncode, "",
-                        proc.stderr.decode(errors="replace"))
+    proc = run_git_bytes(["cat-file", "--batch-check=%(objectname) %(objecttype)"], repo,
+                         input=("\n".join(wanted) + "\n").encode("utf-8"), timeout=120)
     lines = proc.stdout.decode("utf-8", "replace").splitlines()
     out: dict[str, str | None] = {}
     for rev, line in zip(wanted, lines, strict=False):
@@ -147,16 +195,8 @@ def read_blobs(repo: Path, specs: Iterable[str]) -> dict[str, bytes | None]:
     wanted = list(dict.fromkeys(specs))
     if not wanted:
         return {}
-    proc = subprocess.run(
-        ["git", *SAFE_CONFIG, "cat-file", "--batch"],
-        cwd=str(repo),
-        env=git_env(),
-        input=("\n".join(wanted) + "\n").encode("utf-8"),
-        capture_output=True,
-        timeout=120,
-    )
-    if proc.returncode != 0:
-        raise GitFailed(["cat-file", "--batch"], proc.returncode, "", proc.stderr.decode(errors="replace"))
+    proc = run_git_bytes(["cat-file", "--batch"], repo,
+                         input=("\n".join(wanted) + "\n").encode("utf-8"), timeout=120)
     out: dict[str, bytes | None] = {}
     data = proc.stdout
     pos = 0

@@ -1,0 +1,22 @@
+"""Path constants of the repository and of the vLLM files the DCP series touches."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PATCHES = ROOT / "patches"
+#: the public vLLM log corpus in ``shared/data/vllm-logs`` beside the checkout (CI: beside the
+#: clone; a worktree under ``wt/NAME``: two levels up)
+SHARED_LOGS = next(
+    (d for d in (ROOT.parent / "shared/data/vllm-logs", ROOT.parents[1] / "shared/data/vllm-logs",
+                 ROOT.parents[2] / "shared/data/vllm-logs") if d.is_dir()),
+    ROOT.parent / "shared/data/vllm-logs",
+)
+
+SM120 = "vllm/v1/attention/backends/mla/flashinfer_mla_sparse_sm120.py"
+SPARSE = "vllm/v1/attention/backends/mla/flashinfer_mla_sparse.py"
+SPARSE_UTILS = "vllm/v1/attention/backends/mla/sparse_utils.py"
+WARMUP = "vllm/v1/worker/gpu/warmup.py"
+# short names used throughout the series tests
+SM, WS, WU = SM120, SPARSE, WARMUP

@@ -1,0 +1,97 @@
+"""Edges a new user hits (issue 15, item 10), each through the real CLI.
+
+Two tests hide one third-party package from the CLI's Python with a module on ``PYTHONPATH`` that
+raises ``ModuleNotFoundError`` exactly as an absent package does: ``torch`` and ``numpy`` are
+installed for the test suite itself, so their absence is staged this way for a subprocess.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+
+from sm120kit.cli import cli, run
+from sm120kit.cli.warmup import warmup_group
+from tests.support.paths import ROOT
+
+
+def _without(tmp_path: Path, module: str, *args: str) -> subprocess.CompletedProcess[str]:
+    shadow = tmp_path / f"no-{module}"
+    shadow.mkdir()
+    (shadow / f"{module}.py").write_text(
+        f"raise ModuleNotFoundError(\"No module named '{module}'\", name={module!r})\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(shadow), str(ROOT)])}
+    return subprocess.run([sys.executable, "-m", "sm120kit", *args], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_warmup_run_without_torch_is_one_error_line(tmp_path: Path) -> None:
+    proc = _without(tmp_path, "torch", "warmup", "run", "--dcp", "2")
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    lines = proc.stderr.splitlines()
+    assert lines[0] == "error: warmup run: torch cannot be imported (No module named 'torch')"
+    assert lines[1].startswith("hint: ") and "pip install torch" in lines[1]
+    assert len(lines) == 2 and "Traceback" not in proc.stderr
+
+
+def test_torch_numpy_warning_does_not_precede_the_error(tmp_path: Path) -> None:
+    # 16 NCCL ranks: refused in the supervisor after importing torch, on any machine here
+    proc = _without(tmp_path, "numpy", "warmup", "run", "--device", "cuda", "--dcp", "16")
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines()[0].startswith("error: --device cuda"), proc.stderr
+    assert "NumPy" not in proc.stderr
+
+
+def test_warmup_run_help_describes_every_choice_option() -> None:
+    cmd = warmup_group.commands["run"]
+    helps = {p.name: getattr(p, "help", None) for p in cmd.params}
+    for name in ("backend", "device", "plan_name", "merge", "max_model_len", "dist_backend"):
+        assert helps[name] and len(helps[name]) > 20, name
+    text = cmd.get_help(click.Context(cmd, info_name="run"))
+    for flag in ("--backend", "--device", "--plan", "--merge", "--max-model-len"):
+        line = next(ln for ln in text.splitlines() if ln.strip().startswith(flag))
+        assert len(line.split(flag, 1)[1].strip()) > 10 or "\n" in text, flag
+
+
+@pytest.mark.parametrize("typed", ["0.34.0", "v0.34.0"])
+def test_unknown_alias_suggests_the_near_one(typed: str, tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)  # outside any checkout: the embedded default
+    rc = run(["apply", "--branch", typed, "--dry-run"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert f"error: unknown branch alias '{typed}'; did you mean vllm-0.34.0?" in err
+
+
+def test_shared_options_are_declared_once() -> None:
+    """``--json``, ``--markdown``, ``--branch``, ``--repo``, ``--installed``, ``--python`` and
+    ``--state-dir`` come from sm120kit/cli/options.py in every command."""
+    shared = {"--json", "--markdown", "--branch", "--repo", "--installed", "--python",
+              "--state-dir"}
+    found = []
+    for path in sorted((ROOT / "sm120kit" / "cli").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "option"):
+                for a in node.args:
+                    if isinstance(a, ast.Constant) and a.value in shared:
+                        found.append((path.name, a.value))
+    assert sorted(found) == sorted(("options.py", f) for f in shared)
+    # and every command that has --json names it the same way
+    ctx = click.Context(cli)
+    for name in cli.list_commands(ctx):
+        cmd = cli.get_command(ctx, name)
+        assert cmd is not None
+        subs = cmd.commands.values() if isinstance(cmd, click.Group) else [cmd]
+        for c in subs:
+            for p in c.params:
+                if "--json" in getattr(p, "opts", []):
+                    assert p.name == "as_json", (name, c.name)
