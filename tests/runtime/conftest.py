@@ -72,7 +72,8 @@ def patched_tree(release: str) -> Path:
     key = hashlib.sha256(
         "\n".join([release, variant.name, *(p.sha256 for p in variant.patches)]).encode()
     ).hexdigest()
-    dest = cache_root() / f"vllm-{release}-patched"
+    # one directory per series state: sessions testing different series never rebuild each other's
+    dest = cache_root() / f"vllm-{release}-patched-{key[:12]}"
     stamp = dest / ".sm120kit-patched"
     if stamp.is_file() and stamp.read_text().strip() == key:
         return dest

@@ -49,7 +49,7 @@ def run_imports() -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="rtworker")
-    ap.add_argument("mode", choices=["all", "imports", "gloo"])
+    ap.add_argument("mode", choices=["all", "imports", "gloo", "interleave"])
     ap.add_argument("--kind", choices=["patched", "upstream"], required=True)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--release", required=True)
@@ -68,6 +68,11 @@ def main(argv: list[str] | None = None) -> int:
 
             stage = "gloo"
             out["gloo"] = gloo_case.run(args.out, args.rank, args.world, args.port)
+        if args.mode == "interleave":
+            from rtworker import interleave_case
+
+            stage = "interleave"
+            out["interleave"] = interleave_case.run_all(args.out)
         if args.mode == "all":
             from rtworker import impl_case, warmup_case, workspace_case
 
