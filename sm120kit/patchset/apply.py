@@ -29,6 +29,7 @@ from sm120kit.patchset.markers import (
     variant_marker_states,
 )
 from sm120kit.patchset.patchfile import ParsedPatch, check_patch_paths, parse_patch, prefixes
+from sm120kit.patchset.requirements import FlashInferRequirement, requirement
 from sm120kit.patchset.targets import DEFAULT_BRANCH_PREFIX, fetch_hint, select
 
 
@@ -62,6 +63,8 @@ class ApplyResult:
     output: str | None = None
     message: str = ""
     patches: list[PatchOutcome] = field(default_factory=list)
+    #: what the target needs beyond the series (0.25.x: a FlashInfer newer than the pin)
+    requirement: FlashInferRequirement | None = None
 
     @property
     def exit_code(self) -> int:
@@ -86,6 +89,8 @@ class ApplyResult:
             table.add_row(str(i), p.file, p.subject, styled(st))
         console.print(table)
         console.print(self.message)
+        if self.requirement is not None:
+            console.print(self.requirement.line(), markup=False)
 
 
 def load_patches(variant: Variant) -> list[ParsedPatch]:
@@ -136,7 +141,17 @@ def _try_port(
     return fn(**kwargs)
 
 
-def apply_to_checkout(
+def apply_to_checkout(series: Series, alias: str, repo: Path, **kw: Any) -> Any:
+    """Apply ``alias``'s variant to the git checkout ``repo`` (see :func:`_apply_to_checkout`);
+    the result names the FlashInfer the target needs when its pin is too old (0.25.x)."""
+    res = _apply_to_checkout(series, alias, repo, **kw)
+    target = series.targets.get(alias)
+    if isinstance(res, ApplyResult) and target is not None:
+        res.requirement = requirement(target)
+    return res
+
+
+def _apply_to_checkout(
     series: Series,
     alias: str,
     repo: Path,

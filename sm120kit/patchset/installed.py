@@ -55,6 +55,7 @@ from typing import Any
 
 from sm120kit.errors import ExitCode, UserError
 from sm120kit.patchset.manifest import Series, Variant, load_series
+from sm120kit.patchset.requirements import FlashInferRequirement, check_installed
 
 STATE_FORMAT = 1
 STATE_NAME = "state.json"
@@ -440,10 +441,14 @@ class InstalledApplyResult:
     checks: list[FileCheck]
     dry_run: bool = False
     message: str = ""
+    #: the target's FlashInfer requirement judged on the FlashInfer installed beside vLLM
+    requirement: FlashInferRequirement | None = None
 
     @property
     def exit_code(self) -> int:
         if self.status == "would-apply":
+            return ExitCode.FINDINGS
+        if self.requirement is not None and self.requirement.status == "unmet":
             return ExitCode.FINDINGS
         return ExitCode.OK
 
@@ -459,6 +464,7 @@ class InstalledApplyResult:
             "files": self.files,
             "checks": [c.__dict__ for c in self.checks],
             "message": self.message,
+            "requirement": None if self.requirement is None else self.requirement.__dict__,
         }
 
     def render(self, console: Any) -> None:
@@ -467,6 +473,8 @@ class InstalledApplyResult:
         _table(console, f"vllm {self.installed.version} at {self.installed.package_dir}",
                ["file", "original", "patched"], rows)
         console.print(f"{self.status}: {self.message}")
+        if self.requirement is not None:
+            console.print(self.requirement.line(), markup=False)
 
 
 @dataclass
@@ -579,6 +587,26 @@ def _patch_status_by_markers(variant: Variant, root: Path) -> list[dict[str, Any
 
 
 def apply_installed(
+    alias: str | None = None,
+    python: str | None = None,
+    state_dir: str | Path | None = None,
+    dry_run: bool = False,
+    *,
+    series: Series | None = None,
+    allow_download: bool = True,
+) -> InstalledApplyResult:
+    """Patch the installed vLLM (:func:`_apply_installed`), then check the FlashInfer installed
+    beside it against the target's requirement (0.25.x: the pin lacks the SM120 API)."""
+    series = series or load_series()
+    res = _apply_installed(alias, python, state_dir, dry_run, series=series,
+                           allow_download=allow_download)
+    target = series.targets.get(res.alias)
+    if target is not None:
+        res.requirement = check_installed(target, [str(res.installed.root)])
+    return res
+
+
+def _apply_installed(
     alias: str | None = None,
     python: str | None = None,
     state_dir: str | Path | None = None,

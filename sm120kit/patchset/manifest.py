@@ -34,7 +34,9 @@ Schema (version 1)::
           "reason": null,                    # why, for unsupported / unverified-here
           "repo": null,                      # git URL for fork aliases
           "branch": null,                    # remote branch for fork aliases
-          "port_from": null                  # variant a fork alias is 3-way ported from
+          "port_from": null,                 # variant a fork alias is 3-way ported from
+          "requires_flashinfer": null,       # minimum flashinfer-python when the pin is too old
+          "requires_note": null              # why, and how users install it
         }
       }
     }
@@ -131,6 +133,9 @@ class Target:
     repo: str | None = None
     branch: str | None = None
     port_from: str | None = None
+    #: minimum flashinfer-python when the release's own pin lacks the SM120 API (0.25.x)
+    requires_flashinfer: str | None = None
+    requires_note: str | None = None
 
 
 @dataclass
@@ -227,6 +232,8 @@ def load_series(root: Path | None = None) -> Series:
             repo=t.get("repo"),
             branch=t.get("branch"),
             port_from=t.get("port_from"),
+            requires_flashinfer=t.get("requires_flashinfer"),
+            requires_note=t.get("requires_note"),
         )
     return series
 
