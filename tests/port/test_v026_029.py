@@ -199,8 +199,11 @@ class _Attn:
 
 def test_warmup_prompt_from_dcp_and_block_size(patched: Patched) -> None:
     tree = _mod(patched.root, WU)
+    lines: list[str] = []
+    logger = types.SimpleNamespace(warning=lambda msg, *a: lines.append(msg % a))
     ns = _exec_funcs(tree, ["dcp_decode_prompt_len", "_runner_dcp_decode_prompt_len"],
-                     {"CrossAttentionSpec": _Cross, "MambaSpec": _Mamba, "GPUModelRunner": object})
+                     {"CrossAttentionSpec": _Cross, "MambaSpec": _Mamba, "GPUModelRunner": object,
+                      "logger": logger})
     f = ns["dcp_decode_prompt_len"]
     for n in (1, 2, 4, 8):
         for b in (64, 128):
@@ -210,12 +213,16 @@ def test_warmup_prompt_from_dcp_and_block_size(patched: Patched) -> None:
     assert f(8, 128, max_model_len=65536, max_num_batched_tokens=512) == 512
     assert f(2, 64, max_model_len=3, max_num_batched_tokens=8192) == 2
 
-    def runner(dcp: int, *specs: object) -> types.SimpleNamespace:
+    def runner(dcp: int, *specs: object, mnbt: int = 8192,
+               draft: int | None = None) -> types.SimpleNamespace:
         groups = [types.SimpleNamespace(kv_cache_spec=s) for s in specs]
+        spec = None if draft is None else types.SimpleNamespace(
+            max_num_new_slots_for_drafting=draft)
         return types.SimpleNamespace(
             vllm_config=types.SimpleNamespace(
                 parallel_config=types.SimpleNamespace(decode_context_parallel_size=dcp)),
-            scheduler_config=types.SimpleNamespace(max_num_batched_tokens=8192),
+            speculative_config=spec,
+            scheduler_config=types.SimpleNamespace(max_num_batched_tokens=mnbt),
             max_model_len=65536,
             kv_cache_config=types.SimpleNamespace(kv_cache_groups=groups))
 
@@ -224,6 +231,9 @@ def test_warmup_prompt_from_dcp_and_block_size(patched: Patched) -> None:
     assert g(runner(4, _Attn(64), _Cross(), _Mamba()), 1) == 256  # non-attention groups skipped
     wrapped = types.SimpleNamespace(first_spec=_Attn(128), block_size=999)
     assert g(runner(2, wrapped), 1) == 256  # UniformTypeKVCacheSpecs unwrapped
+    assert lines == []
+    assert g(runner(4, _Attn(64), mnbt=200, draft=2), 1) == 198  # draft slots stay free
+    assert len(lines) == 1 and "clamped to 198 tokens, below 256" in lines[0]
 
     # in run_mixed_prefill_decode_warmup: upstream's 2 stays, overridden only when DCP > 1
     fn = find_func(tree, "run_mixed_prefill_decode_warmup")

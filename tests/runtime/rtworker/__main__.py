@@ -93,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
                 ("workspace_init", workspace_case.run_init_fetch),
                 ("workspace_refetch", lambda: workspace_case.run_forward_refetch(args.out)),
                 ("warmup", warmup_case.run_all),
+                ("warmup_mtp", warmup_case.run_mtp),
             ):
                 t0 = time.monotonic()
                 out[stage] = fn()
