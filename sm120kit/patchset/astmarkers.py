@@ -70,22 +70,35 @@ def _dict_entries(fn: ast.AST, name: str) -> dict[str, ast.expr]:
     return out
 
 
-def _kwarg_values(tree: ast.Module, func: str, name: str) -> list[ast.expr]:
+@lru_cache(maxsize=64)
+def _calls_by_callee(text: str) -> dict[str, list[tuple[ast.Call, ast.AST]]]:
+    """Every call in ``text`` by callee name, with its innermost enclosing function (one walk)."""
+    tree = parse(text)
+    out: dict[str, list[tuple[ast.Call, ast.AST]]] = {}
+    if tree is None:
+        return out
+    stack: list[tuple[ast.AST, ast.AST]] = [(tree, tree)]
+    while stack:
+        node, scope = stack.pop()
+        if isinstance(node, ast.Call):
+            name = _callee(node)
+            if name:
+                out.setdefault(name, []).append((node, scope))
+        inner = node if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) else scope
+        stack.extend((child, inner) for child in ast.iter_child_nodes(node))
+    return out
+
+
+def _kwarg_values(text: str, func: str, name: str) -> list[ast.expr]:
     found: list[ast.expr] = []
-    scopes: list[ast.AST] = [*_functions(tree), tree]
-    seen: set[int] = set()
-    for scope in scopes:
-        for call in ast.walk(scope):
-            if not isinstance(call, ast.Call) or _callee(call) != func or id(call) in seen:
-                continue
-            seen.add(id(call))
-            for k in call.keywords:
-                if k.arg == name:
-                    found.append(k.value)
-                elif k.arg is None and isinstance(k.value, ast.Name):
-                    v = _dict_entries(scope, k.value.id).get(name)
-                    if v is not None:
-                        found.append(v)
+    for call, scope in _calls_by_callee(text).get(func, []):
+        for k in call.keywords:
+            if k.arg == name:
+                found.append(k.value)
+            elif k.arg is None and isinstance(k.value, ast.Name):
+                v = _dict_entries(scope, k.value.id).get(name)
+                if v is not None:
+                    found.append(v)
     return found
 
 
@@ -136,13 +149,12 @@ def _assign_non_const(tree: ast.Module, scope: str, name: str) -> bool:
 
 def holds(kind: str, spec: dict[str, Any], text: str) -> bool:
     """Whether the AST marker ``kind``/``spec`` holds in the Python source ``text``."""
-    tree = parse(text)
-    if tree is None:
+    # every kind names an identifier that must occur in the source: skip the parse without it
+    key = spec.get("func") if kind == "call_kwarg" else spec.get("name")
+    if key and key not in text:
         return False
-    if kind == "class_attr":
-        return _class_attr(tree, spec["cls"], spec["name"], spec.get("value", True))
     if kind == "call_kwarg":
-        for v in _kwarg_values(tree, spec["func"], spec["name"]):
+        for v in _kwarg_values(text, spec["func"], spec["name"]):
             c = _const(v)
             if "value" in spec and (c is _MISSING or c != spec["value"]):
                 continue
@@ -150,6 +162,11 @@ def holds(kind: str, spec: dict[str, Any], text: str) -> bool:
                 continue
             return True
         return False
+    tree = parse(text)
+    if tree is None:
+        return False
+    if kind == "class_attr":
+        return _class_attr(tree, spec["cls"], spec["name"], spec.get("value", True))
     if kind == "function":
         return _function(tree, spec["name"], spec.get("cls"), spec.get("calls"),
                          bool(spec.get("no_global")))
