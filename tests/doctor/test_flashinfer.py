@@ -210,3 +210,12 @@ def test_old_flashinfer_fix_names_the_exact_install(fi_trees: dict[str, Path],
     fix = rep.get("flashinfer.sm120_api").fix or ""
     assert "pip install flashinfer-python==0.6.14" in fix
     assert "FLASHINFER_DISABLE_VERSION_CHECK=1" in fix
+
+
+@pytest.mark.parametrize("version,has", [("0.6.14", False), ("0.7.2.post1", True)])
+def test_return_lse_base_read_from_the_signature(fi_trees: dict[str, Path], tmp_path: Path,
+                                                 version: str, has: bool) -> None:
+    """The explicit LSE base keyword (passed by the v0.34 variant) exists from 0.7.2.post1."""
+    rep = run_doctor(only=["flashinfer.sm120_api"], paths=[str(fi_trees[version])],
+                     environ=_env(tmp_path), root=str(tmp_path))
+    assert rep.get("flashinfer.sm120_api").evidence["return_lse_base"] is has

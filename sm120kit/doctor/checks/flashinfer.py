@@ -40,6 +40,14 @@ def sm120_api(ctx: Context) -> Outcome:
                     UPGRADE, **ev)
     if not info.sm120_module:
         return fail(f"flashinfer {info.version}: no mla/_sparse_mla_sm120 module", UPGRADE, **ev)
+    ev["return_lse_base"] = "return_lse_base" in info.decode_params
+    vi = ctx.vllm()
+    if (vi.installed and vi.series_applied and version_ge(vi.version, "0.34.0")
+            and not ev["return_lse_base"]):
+        # the v0.34 variant passes return_lse_base="base2" (FlashInfer >= 0.7.2.post1)
+        return fail(f"flashinfer {info.version}: {fif.DECODE_FN} has no return_lse_base, which "
+                    f"the patched vLLM {vi.version} passes", "pip install the FlashInfer vLLM "
+                    f"{vi.version} pins (flashinfer-python >= 0.7.2.post1)", **ev)
     cubin = get_dist("flashinfer-cubin", ctx.paths)
     if fif.cubin_mismatch(info.version, cubin.version if cubin else None, ctx.environ):
         return fail(f"flashinfer {info.version} has the SM120 API but flashinfer-cubin "
