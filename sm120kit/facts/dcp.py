@@ -79,13 +79,16 @@ def warmup_decode_prompt_len(
     max_model_len: int | None = None,
     max_num_batched_tokens: int | None = None,
     decode_query_len: int = 1,
+    draft_slots: int = 0,
 ) -> int:
     """Decode prompt length of the fixed mixed prefill+decode warmup.
 
     * ``dcp == 1``: 2, upstream's value (DCP=1 behaviour stays bit-identical).
     * ``dcp > 1``: ``L = dcp * block_size`` (one full local block per rank), then clamped so the
       decode step fits, ``L <= max_model_len - decode_query_len - 1``, and so the prompt's prefill
-      fits one step, ``L <= max_num_batched_tokens``; never below 2.
+      fits one step with the draft slots of its request (speculative decoding:
+      ``max_num_new_slots_for_drafting``, which the synthetic step must leave free as the
+      scheduler would), ``L <= max_num_batched_tokens - draft_slots``; never below 2.
     """
     if dcp < 1:
         raise ValueError(f"dcp size must be >= 1, got {dcp}")
@@ -97,7 +100,7 @@ def warmup_decode_prompt_len(
     if max_model_len is not None:
         length = min(length, max_model_len - decode_query_len - 1)
     if max_num_batched_tokens is not None:
-        length = min(length, max_num_batched_tokens)
+        length = min(length, max_num_batched_tokens - draft_slots)
     return max(length, UPSTREAM_DECODE_PROMPT_LEN)
 
 

@@ -23,6 +23,17 @@ REQUIRED_PARAMS = ("sparse_mla_top_k", "kv_scale_format", "lse", "return_lse")
 ROUTING_TEXT = "cc[0] == 12 and sparse_mla_top_k > 0"
 MODULE = "sparse_mla_sm120"
 PROVIDER_RE = r"flashinfer-jit-cache-(sm\d{2,3}[af]?)"
+SM120_MIN = "0.6.14"  # first flashinfer-python with the SM120 sparse-MLA API (kv_scale_format)
+#: FlashInfer aborts at import when flashinfer-cubin's version differs from its own, unless set
+VERSION_CHECK_ENV = "FLASHINFER_DISABLE_VERSION_CHECK"
+
+
+def cubin_mismatch(version: str | None, cubin: str | None, environ: Mapping[str, str]) -> bool:
+    """flashinfer-cubin installed at another version and the guard not disabled: import fails
+    (``flashinfer/jit/env.py``)."""
+    if not (version and cubin) or environ.get(VERSION_CHECK_ENV):
+        return False
+    return cubin.split("+")[0] != version.split("+")[0]
 
 
 @dataclass

@@ -19,7 +19,8 @@ Schema (version 1)::
               "subject": "...",
               "files": ["vllm/..."],         # paths it touches, relative to the repo root
               "applied_markers": [{"file": "vllm/...", "text": "literal substring"}],
-              "upstream_markers": [{"file": "vllm/...", "text": "literal substring"}]
+              "upstream_markers": [{"file": "vllm/...", "kind": "class_attr", "cls": "C",
+                                    "name": "attr", "value": true}]  # see astmarkers
             }
           ]
         }
@@ -34,14 +35,19 @@ Schema (version 1)::
           "reason": null,                    # why, for unsupported / unverified-here
           "repo": null,                      # git URL for fork aliases
           "branch": null,                    # remote branch for fork aliases
-          "port_from": null                  # variant a fork alias is 3-way ported from
+          "port_from": null,                 # variant a fork alias is 3-way ported from
+          "requires_flashinfer": null,       # minimum flashinfer-python when the pin is too old
+          "requires_note": null              # why, and how users install it
         }
       }
     }
 
-``applied_markers``: every one present → the patch is applied. ``upstream_markers``: every one
-present (and the patch not applied) → upstream already has the change; an empty list means
-"no upstream release has it yet".
+``applied_markers``: every one present → the patch is applied (literal comment tags only the
+patched code has). ``upstream_markers``: every one present (and the patch not applied) →
+upstream already has the change; they are judged on the syntax tree (``astmarkers``: a class
+attribute assigned a constant, a call keyword inline or through a kwargs dict, a function, a
+non-constant assignment), so comments and formatting do not matter; an empty list means "no
+upstream release has it yet".
 """
 
 from __future__ import annotations
@@ -54,6 +60,7 @@ from pathlib import Path
 from typing import Any
 
 from sm120kit.errors import UserError
+from sm120kit.patchset.astmarkers import holds as ast_holds
 from sm120kit.paths import patches_dir
 
 MANIFEST_NAME = "manifest.json"
@@ -61,13 +68,37 @@ MANIFEST_NAME = "manifest.json"
 
 @dataclass(frozen=True)
 class Marker:
+    """``text``: a literal substring (the applied markers' comment tags). Any other ``kind`` is
+    judged on the syntax tree (``astmarkers``); ``spec`` holds its JSON fields, sorted."""
+
     file: str
-    text: str
+    text: str = ""
+    kind: str = "text"
+    spec: tuple[tuple[str, Any], ...] = ()
+
+    def holds(self, content: str | None) -> bool:
+        if content is None:
+            return False
+        if self.kind == "text":
+            return self.text in content
+        return ast_holds(self.kind, {k: (list(v) if isinstance(v, tuple) else v)
+                                 for k, v in self.spec}, content)
+
+    def to_json(self) -> dict[str, Any]:
+        if self.kind == "text":
+            return {"file": self.file, "text": self.text}
+        return {"file": self.file, "kind": self.kind,
+                **{k: (list(v) if isinstance(v, tuple) else v) for k, v in self.spec}}
+
+    def describe(self) -> str:
+        if self.kind == "text":
+            return self.text
+        return f"{self.kind}(" + ", ".join(f"{k}={v!r}" for k, v in self.spec) + ")"
 
     def present_in(self, root: Path) -> bool:
         p = root / self.file
         try:
-            return self.text in p.read_text(encoding="utf-8", errors="replace")
+            return self.holds(p.read_text(encoding="utf-8", errors="replace"))
         except OSError:
             return False
 
@@ -132,6 +163,9 @@ class Target:
     repo: str | None = None
     branch: str | None = None
     port_from: str | None = None
+    #: minimum flashinfer-python when the release's own pin lacks the SM120 API (0.25.x)
+    requires_flashinfer: str | None = None
+    requires_note: str | None = None
 
 
 @dataclass
@@ -185,8 +219,17 @@ class Series:
         return None
 
 
-def _markers(raw: list[dict[str, str]] | None) -> tuple[Marker, ...]:
-    return tuple(Marker(file=m["file"], text=m["text"]) for m in (raw or []))
+def _marker(m: dict[str, Any]) -> Marker:
+    kind = m.get("kind", "text")
+    if kind == "text":
+        return Marker(file=m["file"], text=m["text"])
+    spec = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in m.items()
+                        if k not in ("file", "kind")))
+    return Marker(file=m["file"], text="", kind=kind, spec=spec)
+
+
+def _markers(raw: list[dict[str, Any]] | None) -> tuple[Marker, ...]:
+    return tuple(_marker(m) for m in (raw or []))
 
 
 def load_series(root: Path | None = None) -> Series:
@@ -239,6 +282,8 @@ def load_series(root: Path | None = None) -> Series:
             repo=t.get("repo"),
             branch=t.get("branch"),
             port_from=t.get("port_from"),
+            requires_flashinfer=t.get("requires_flashinfer"),
+            requires_note=t.get("requires_note"),
         )
     return series
 

@@ -32,6 +32,7 @@ from sm120kit.patchset.markers import (
 from sm120kit.patchset.patchfile import ParsedPatch, check_patch_paths, parse_patch, prefixes
 from sm120kit.patchset.port import PortResult, fork_clone, port_series, resolve_base
 from sm120kit.patchset.render import new_table
+from sm120kit.patchset.requirements import FlashInferRequirement, requirement
 from sm120kit.patchset.snapshot import git_dirs
 from sm120kit.patchset.targets import DEFAULT_BRANCH_PREFIX, fetch_hint, select
 from sm120kit.report import styled, to_jsonable
@@ -74,6 +75,8 @@ class ApplyResult:
     output: str | None = None
     message: str = ""
     patches: list[PatchOutcome] = field(default_factory=list)
+    #: what the target needs beyond the series (0.25.x: a FlashInfer newer than the pin)
+    requirement: FlashInferRequirement | None = None
 
     @property
     def exit_code(self) -> int:
@@ -93,6 +96,8 @@ class ApplyResult:
             table.add_row(str(i), p.file, p.subject, styled(st))
         console.print(table)
         console.print(self.message)
+        if self.requirement is not None:
+            console.print(self.requirement.line(), markup=False)
 
 
 def load_patches(variant: Variant) -> list[ParsedPatch]:
@@ -286,7 +291,17 @@ def _check_result_markers(plan: _Plan, commit: str) -> None:
         )
 
 
-def apply_to_checkout(
+def apply_to_checkout(series: Series, alias: str, repo: Path, **kw: Any) -> CheckoutResult:
+    """Apply ``alias``'s variant to the git checkout ``repo`` (see :func:`_apply_to_checkout`);
+    the result names the FlashInfer the target needs when its pin is too old (0.25.x)."""
+    res = _apply_to_checkout(series, alias, repo, **kw)
+    target = series.targets.get(alias)
+    if isinstance(res, ApplyResult) and target is not None:
+        res.requirement = requirement(target)
+    return res
+
+
+def _apply_to_checkout(
     series: Series,
     alias: str,
     repo: Path,

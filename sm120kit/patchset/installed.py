@@ -59,6 +59,7 @@ from sm120kit.errors import ExitCode, UserError
 from sm120kit.facts.series import Series, Variant, load_series
 from sm120kit.gitrun import AM_CONFIG, run_git
 from sm120kit.patchset.release import find_cached_wheel, release_tree
+from sm120kit.patchset.requirements import FlashInferRequirement, check_installed
 from sm120kit.paths import cache_dir
 from sm120kit.report import styled
 
@@ -444,10 +445,14 @@ class InstalledApplyResult:
     checks: list[FileCheck]
     dry_run: bool = False
     message: str = ""
+    #: the target's FlashInfer requirement judged on the FlashInfer installed beside vLLM
+    requirement: FlashInferRequirement | None = None
 
     @property
     def exit_code(self) -> int:
         if self.status == "would-apply":
+            return ExitCode.FINDINGS
+        if self.requirement is not None and self.requirement.status == "unmet":
             return ExitCode.FINDINGS
         return ExitCode.OK
 
@@ -463,6 +468,7 @@ class InstalledApplyResult:
             "files": self.files,
             "checks": [c.__dict__ for c in self.checks],
             "message": self.message,
+            "requirement": None if self.requirement is None else self.requirement.__dict__,
         }
 
     def render(self, console: Any) -> None:
@@ -471,6 +477,8 @@ class InstalledApplyResult:
         _table(console, f"vllm {self.installed.version} at {self.installed.package_dir}",
                ["file", "original", "patched"], rows)
         console.print(f"{self.status}: {self.message}")
+        if self.requirement is not None:
+            console.print(self.requirement.line(), markup=False)
 
 
 @dataclass
@@ -583,6 +591,26 @@ def _patch_status_by_markers(variant: Variant, root: Path) -> list[dict[str, Any
 
 
 def apply_installed(
+    alias: str | None = None,
+    python: str | None = None,
+    state_dir: str | Path | None = None,
+    dry_run: bool = False,
+    *,
+    series: Series | None = None,
+    allow_download: bool = True,
+) -> InstalledApplyResult:
+    """Patch the installed vLLM (:func:`_apply_installed`), then check the FlashInfer installed
+    beside it against the target's requirement (0.25.x: the pin lacks the SM120 API)."""
+    series = series or load_series()
+    res = _apply_installed(alias, python, state_dir, dry_run, series=series,
+                           allow_download=allow_download)
+    target = series.targets.get(res.alias)
+    if target is not None:
+        res.requirement = check_installed(target, [str(res.installed.root)])
+    return res
+
+
+def _apply_installed(
     alias: str | None = None,
     python: str | None = None,
     state_dir: str | Path | None = None,

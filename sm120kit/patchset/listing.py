@@ -23,6 +23,8 @@ class TargetsResult:
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = to_jsonable(self)
+        for row, r in zip(d["targets"], self.targets, strict=True):
+            row["support"] = r.support
         return d
 
     def render(self, console: Any) -> None:
@@ -35,9 +37,11 @@ class TargetsResult:
             why = r.verified if r.status == "verified" else (r.reason or r.verified or "")
             if r.port_from:
                 why = (why + "; " if why else "") + f"ported from {r.port_from}"
+            if r.requires_note:
+                why = r.requires_note + "; " + why
             t.add_row(
                 r.alias, r.release or "-", r.base_ref, r.variant, str(r.patches),
-                f"[{style}]{r.status}[/{style}]" if style else r.status, why,
+                f"[{style}]{r.support}[/{style}]" if style else r.support, why,
             )
         console.print(t)
 

@@ -48,8 +48,7 @@ def read_revisions(repo: Path, revs: Iterable[str], files: Iterable[str]) -> dic
 
 
 def _present(m: Marker, contents: Contents) -> bool:
-    text = contents.get(m.file)
-    return text is not None and m.text in text
+    return m.holds(contents.get(m.file))
 
 
 @dataclass(frozen=True)

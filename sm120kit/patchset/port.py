@@ -550,7 +550,7 @@ def port_series(
                 data = content.get(m.file)
                 if data is None and m.file not in content:
                     data = ours_at([m.file])[m.file]
-                if data is None or m.text not in data.decode("utf-8", "replace"):
+                if data is None or not m.holds(data.decode("utf-8", "replace")):
                     ok = False
         return ok
 

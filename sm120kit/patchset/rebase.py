@@ -76,8 +76,8 @@ def _entry_patches(directory: Path, files: list[Path], source: Variant) -> list[
             "sha256": hashlib.sha256(f.read_bytes()).hexdigest(),
             "subject": subject,
             "files": touched,
-            "applied_markers": [{"file": m.file, "text": m.text} for m in sp.applied_markers],
-            "upstream_markers": [{"file": m.file, "text": m.text} for m in sp.upstream_markers],
+            "applied_markers": [m.to_json() for m in sp.applied_markers],
+            "upstream_markers": [m.to_json() for m in sp.upstream_markers],
         })
     return out
 

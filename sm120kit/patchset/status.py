@@ -127,7 +127,7 @@ def repo_status(series: Series, alias: str, repo: Path) -> StatusResult:
         copied = False
         for st in states:
             p = st.patch
-            missing = [f"{m.file}: {m.text}" for m in st.missing]
+            missing = [f"{m.file}: {m.describe()}" for m in st.missing]
             if st.applied or st.upstream:
                 results.append(PatchStatus(p.file, p.subject, st.state))
                 continue

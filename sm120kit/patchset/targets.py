@@ -189,6 +189,15 @@ class TargetRow:
     reason: str | None
     port_from: str | None
     patches: int
+    requires_flashinfer: str | None = None
+    requires_note: str | None = None
+
+    @property
+    def support(self) -> str:
+        """``verified``, or ``verified with FlashInfer >= X`` when the pin is too old."""
+        if self.requires_flashinfer and self.status != "unsupported":
+            return f"{self.status} with FlashInfer >= {self.requires_flashinfer}"
+        return self.status
 
 
 def target_rows(series: Series) -> list[TargetRow]:
@@ -199,7 +208,7 @@ def target_rows(series: Series) -> list[TargetRow]:
         rows.append(
             TargetRow(
                 alias, t.release, t.base_ref, t.variant, t.status, t.verified, t.reason,
-                t.port_from, len(v.patches) if v else 0,
+                t.port_from, len(v.patches) if v else 0, t.requires_flashinfer, t.requires_note,
             )
         )
     return rows

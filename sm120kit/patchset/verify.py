@@ -152,7 +152,7 @@ def verify_tree(series: Series, alias: str, repo: Path, base: str | None = None)
         MarkerCheck(
             s.patch.file,
             "skip" if s.patch.file in upstream and not s.applied else ("ok" if s.applied else "fail"),
-            [f"{m.file}: {m.text}" for m in s.missing] if s.patch.file not in upstream else [],
+            [f"{m.file}: {m.describe()}" for m in s.missing] if s.patch.file not in upstream else [],
         )
         for s in states
     ]

@@ -179,3 +179,43 @@ def test_kernels_skip_on_non_sm120_gpu(fi_trees: dict[str, Path], tmp_path: Path
                      environ=_env(tmp_path), root=str(tmp_path), nvml_seam=seam)
     c = rep.get("flashinfer.kernels")
     assert c.status == "skip" and "9.0" in c.summary
+
+
+def test_cubin_lagging_behind_needs_the_version_check_off(fi_trees: dict[str, Path],
+                                                          tmp_path: Path) -> None:
+    """flashinfer-python 0.6.14 over an older flashinfer-cubin (no 0.6.14 cubin release):
+    FlashInfer's import guard (``flashinfer/jit/env.py``) refuses unless the variable is set.
+    The cubin wheel is hundreds of MB of kernels; the check reads only its dist-info, so only
+    that (the METADATA pip writes) is laid out here."""
+    site = tmp_path / "site"
+    dist = site / "flashinfer_cubin-0.6.13.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: flashinfer-cubin\n"
+                                   "Version: 0.6.13\n")
+    paths = [str(fi_trees["0.6.14"]), str(site)]
+    rep = run_doctor(only=["flashinfer.sm120_api"], paths=paths, environ=_env(tmp_path),
+                     root=str(tmp_path))
+    c = rep.get("flashinfer.sm120_api")
+    assert c.status == "fail" and "flashinfer-cubin 0.6.13" in c.summary, c
+    assert "FLASHINFER_DISABLE_VERSION_CHECK=1" in (c.fix or "")
+    env = _env(tmp_path, FLASHINFER_DISABLE_VERSION_CHECK="1")
+    rep = run_doctor(only=["flashinfer.sm120_api"], paths=paths, environ=env, root=str(tmp_path))
+    assert rep.get("flashinfer.sm120_api").status == "ok"
+
+
+def test_old_flashinfer_fix_names_the_exact_install(fi_trees: dict[str, Path],
+                                                    tmp_path: Path) -> None:
+    rep = run_doctor(only=["flashinfer.sm120_api"], paths=[str(fi_trees["0.6.13"])],
+                     environ=_env(tmp_path), root=str(tmp_path))
+    fix = rep.get("flashinfer.sm120_api").fix or ""
+    assert "pip install flashinfer-python==0.6.14" in fix
+    assert "FLASHINFER_DISABLE_VERSION_CHECK=1" in fix
+
+
+@pytest.mark.parametrize("version,has", [("0.6.14", False), ("0.7.2.post1", True)])
+def test_return_lse_base_read_from_the_signature(fi_trees: dict[str, Path], tmp_path: Path,
+                                                 version: str, has: bool) -> None:
+    """The explicit LSE base keyword (passed by the v0.34 variant) exists from 0.7.2.post1."""
+    rep = run_doctor(only=["flashinfer.sm120_api"], paths=[str(fi_trees[version])],
+                     environ=_env(tmp_path), root=str(tmp_path))
+    assert rep.get("flashinfer.sm120_api").evidence["return_lse_base"] is has

@@ -143,7 +143,9 @@ def test_mtp_interleave_and_decode_tokens(tmp_path: Path) -> None:
     rep = _run(tmp_path, ["vllm", "serve", "m", "-tp", "8", "-dcp", "8",
                           "--cp-kv-cache-interleave-size", "64", *mtp],
                ["launch.mtp_interleave"])
+    # no patched vLLM installed in the test interpreter: the stock impl refuses it
     assert rep.get("launch.mtp_interleave").status == "fail"
+    assert "apply --installed" in (rep.get("launch.mtp_interleave").fix or "")
     rep = _run(tmp_path, ["vllm", "serve", "m", "-tp", "8", "-dcp", "8", "--max-num-seqs", "32",
                           *mtp], ["launch.mtp_interleave", "launch.decode_tokens"])
     assert rep.get("launch.mtp_interleave").status == "ok"

@@ -68,16 +68,16 @@ def test_markers_follow_each_patch(applied: Applied) -> None:
         texts = {rel: applied.at(k, rel) for rel in files}
         for i, patch in enumerate(variant.patches, start=1):
             assert patch.applied_markers, patch.file
-            present = [m.text in texts[m.file] for m in patch.applied_markers]
+            present = [m.holds(texts[m.file]) for m in patch.applied_markers]
             assert present == [i <= k] * len(present), (k, patch.file, present)
             if i > k and patch.upstream_markers:  # status: upstream = all upstream markers
-                assert not all(m.text in texts[m.file] for m in patch.upstream_markers), (
+                assert not all(m.holds(texts[m.file]) for m in patch.upstream_markers), (
                     k, patch.file)
     for patch in variant.patches:  # the live trees agree with the git history
         assert all(m.present_in(applied.tree) for m in patch.applied_markers)
         assert not any(m.present_in(applied.base) for m in patch.applied_markers)
         for m in patch.upstream_markers:  # no single upstream marker exists in the release
-            assert not m.present_in(applied.base), (patch.file, m.text)
+            assert not m.present_in(applied.base), (patch.file, m.describe())
 
 
 @pytest.mark.parametrize("variant_name", VARIANTS)

@@ -46,16 +46,19 @@ def _helper(applied: Applied, name: str, ns: dict[str, Any] | None = None,
 def test_formula_matches_the_planner(applied: Applied) -> None:
     f = _helper(applied, HELPER)
     n_checked = 0
-    for n, b, mml, mnbt, q in itertools.product(
-        (1, 2, 4, 8), (64, 128), (163840, 4096, 600, 130, 3), (8192, 2048, 300, 100, 1), (1, 4)
+    for n, b, mml, mnbt, q, d in itertools.product(
+        (1, 2, 4, 8), (64, 128), (163840, 4096, 600, 130, 3), (8192, 2048, 300, 100, 1), (1, 4),
+        (0, 1, 3),
     ):
-        got = f(n, b, max_model_len=mml, max_num_batched_tokens=mnbt, decode_query_len=q)
+        got = f(n, b, max_model_len=mml, max_num_batched_tokens=mnbt, decode_query_len=q,
+                draft_slots=d)
         want = warmup_decode_prompt_len(
-            n, b, max_model_len=mml, max_num_batched_tokens=mnbt, decode_query_len=q
+            n, b, max_model_len=mml, max_num_batched_tokens=mnbt, decode_query_len=q,
+            draft_slots=d,
         )
-        assert got == want, (n, b, mml, mnbt, q, got, want)
+        assert got == want, (n, b, mml, mnbt, q, d, got, want)
         n_checked += 1
-    assert n_checked == 400
+    assert n_checked == 1200
 
 
 def test_formula_values(applied: Applied) -> None:
@@ -67,6 +70,9 @@ def test_formula_values(applied: Applied) -> None:
     assert f(8, 128, max_model_len=600, max_num_batched_tokens=8192) == 598  # 600 - 1 - 1
     assert f(8, 128, max_model_len=600, max_num_batched_tokens=8192, decode_query_len=4) == 595
     assert f(8, 128, max_model_len=163840, max_num_batched_tokens=300) == 300
+    # the draft slots of the prompt's own request stay free in its prefill step
+    assert f(8, 128, max_model_len=163840, max_num_batched_tokens=300, draft_slots=3) == 297
+    assert f(2, 64, max_model_len=163840, max_num_batched_tokens=8192, draft_slots=3) == 128
     assert f(4, 64, max_model_len=2, max_num_batched_tokens=1) == 2  # never below 2
     # Unclamped, every rank holds at least one full local block (B tokens) at interleave 1
     # and at any interleave that divides B.
@@ -122,12 +128,16 @@ class GPUModelRunner:
     """Only the attributes the warmup helpers read."""
 
     def __init__(self, specs: list[Any], dcp: int, *, max_model_len: int = 163840,
-                 max_num_batched_tokens: int = 8192, num_lookahead_tokens: int = 0) -> None:
+                 max_num_batched_tokens: int = 8192, num_lookahead_tokens: int = 0,
+                 draft_slots: int | None = None) -> None:
         groups = [SimpleNamespace(kv_cache_spec=s) for s in specs]
         self.kv_cache_config = SimpleNamespace(kv_cache_groups=groups)
+        spec = None if draft_slots is None else SimpleNamespace(
+            max_num_new_slots_for_drafting=draft_slots)
         self.vllm_config = SimpleNamespace(
             parallel_config=SimpleNamespace(decode_context_parallel_size=dcp),
             num_lookahead_tokens=num_lookahead_tokens)
+        self.speculative_config = spec
         self.scheduler_config = SimpleNamespace(max_num_batched_tokens=max_num_batched_tokens)
         self.max_model_len = max_model_len
         self.model_state = SimpleNamespace(max_encoder_len=0)
@@ -139,8 +149,18 @@ def _namespace() -> dict[str, Any]:
         "AttentionSpec": AttentionSpec, "CrossAttentionSpec": CrossAttentionSpec,
         "CircularBufferSpec": CircularBufferSpec,
         "UniformTypeKVCacheSpecs": UniformTypeKVCacheSpecs, "cdiv": cdiv,
-        "Callable": Callable, "VllmConfig": object,
+        "Callable": Callable, "VllmConfig": object, "logger": LogRecorder(),
     }
+
+
+class LogRecorder:
+    """vLLM's module ``logger``: records the formatted lines."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def warning(self, msg: str, *args: Any) -> None:
+        self.lines.append(msg % args)
 
 
 def test_runner_helper_reads_dcp_and_attention_block_size(applied: Applied) -> None:
@@ -158,6 +178,16 @@ def test_runner_helper_reads_dcp_and_attention_block_size(applied: Applied) -> N
     assert g(R([FullAttentionSpec(64), FullAttentionSpec(128)], 2), 1) == 256
     assert g(R([FullAttentionSpec(128)], 8, max_model_len=700), 3) == 696
     assert g(R([FullAttentionSpec(128)], 8, max_num_batched_tokens=512), 1) == 512
+    # speculative decoding: the prompt's own draft slots stay free in its prefill step
+    assert g(R([FullAttentionSpec(128)], 8, max_num_batched_tokens=512, draft_slots=3), 4) == 509
+    assert g(R([FullAttentionSpec(64)], 4, draft_slots=0), 2) == 256  # MTP: 0 extra slots
+    # one warning line per clamp below N*B, none otherwise
+    log = ns["logger"]
+    assert len(log.lines) == 4, log.lines
+    assert log.lines[-1] == (
+        "DCP warmup: decode prompt clamped to 509 tokens, below 1024 (8 ranks x block 128): "
+        "not every rank holds a full local KV block during warmup (max_model_len 163840, "
+        "max_num_batched_tokens 512, 3 draft slots)")
 
 
 def _mixed_block_counter(applied: Applied, runner: GPUModelRunner) -> Any:

@@ -2,7 +2,7 @@
 
 The real Eldritch branch cannot be fetched from here, so the alias' remote is replaced (in a tmp
 copy of ``patches/``, via ``SM120KIT_PATCHES``) by a real local git remote (``file://``) that
-carries a branch of the same name: vLLM 0.29.0's real sources re-committed with fork drift, like a
+carries a branch of the same name: vLLM 0.25.1's real sources (the Eldritch generation) re-committed with fork drift, like a
 fork of the 0.24-0.29 generation. Everything else is the real manifest, series and CLI.
 """
 
@@ -47,7 +47,7 @@ def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict, str]
 @pytest.fixture(scope="module")
 def remote(tmp_path_factory: pytest.TempPathFactory) -> Path:
     base = tmp_path_factory.mktemp("eldritch-remote")
-    src = make_fork(base / "src", "0.29.0", drift_eldritch, branch=BRANCH)
+    src = make_fork(base / "src", "0.25.1", drift_eldritch, branch=BRANCH)
     bare = base / "vllm.git"
     git(base, "clone", "-q", "--bare", str(src), str(bare))
     return bare
@@ -58,7 +58,7 @@ def use_remote(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, url: str) -> Pat
     shutil.copytree(PATCHES, patches)
     m = json.loads((patches / "manifest.json").read_text())
     t = m["targets"][ALIAS]
-    assert t["status"] == "unverified-here" and t["port_from"] == "v0.26-0.29"
+    assert t["status"] == "unverified-here" and t["port_from"] == "v0.25"
     assert t["repo"] == "https://github.com/local-inference-lab/vllm.git" and t["branch"] == BRANCH
     t["repo"] = url
     (patches / "manifest.json").write_text(json.dumps(m, indent=2))
@@ -67,8 +67,8 @@ def use_remote(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, url: str) -> Pat
 
 
 def user_checkout(tmp_path: Path) -> Path:
-    """The user's own vLLM checkout (0.29.0 sources, no Eldritch branch)."""
-    return make_fork(tmp_path / "user", "0.29.0", None)
+    """The user's own vLLM checkout (0.25.1 sources, no Eldritch branch)."""
+    return make_fork(tmp_path / "user", "0.25.1", None)
 
 
 def test_fetches_branch_and_ports(remote: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -78,8 +78,8 @@ def test_fetches_branch_and_ports(remote: Path, tmp_path: Path, monkeypatch: pyt
     refs_before = git(user, "for-each-ref")
     rc, doc, err = cli(capsys, "apply", "--branch", ALIAS, "--repo", str(user), "--json")
     assert rc == 0, err
-    assert doc["status"] == "ported" and doc["source"]["variant"] == "v0.26-0.29"
-    assert doc["source"]["release"] == "0.29.0"  # nearest release of the family
+    assert doc["status"] == "ported" and doc["source"]["variant"] == "v0.25"
+    assert doc["source"]["release"] == "0.25.1"  # nearest release of the family
     tip = git(remote, "rev-parse", BRANCH).strip()
     assert doc["base"] == tip
     assert "sm120kit verify" in doc["note"]  # unverified-here: the user is told to verify

@@ -1,4 +1,5 @@
-"""The v0.26-0.29 variant on the real PyPI releases 0.26.0, 0.27.0, 0.27.1, 0.28.0 and 0.29.0.
+"""The v0.25 and v0.26-0.29 variants on the real PyPI releases 0.25.0, 0.25.1 (v0.25) and 0.26.0,
+0.27.0, 0.27.1, 0.28.0, 0.29.0 (v0.26-0.29): the same code in two layouts.
 
 Per release: ``sm120kit apply --checkout`` on a clone of the release repository (plain
 ``git am`` succeeds, no 3-way fallback needed), ``verify`` (compile, no new pyflakes names,
@@ -41,7 +42,7 @@ from tests.support.forks import SM, WS, WU, git
 
 pytestmark = pytest.mark.network  # builds vLLM release trees/repositories (PyPI wheels)
 
-RELEASES = ["0.26.0", "0.27.0", "0.27.1", "0.28.0", "0.29.0"]
+RELEASES = ["0.25.0", "0.25.1", "0.26.0", "0.27.0", "0.27.1", "0.28.0", "0.29.0"]
 
 
 @dataclass
@@ -64,7 +65,8 @@ def patched(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
     git(clone.parent, "clone", "-q", str(release_repo(version)), str(clone))
     # the variant applies with plain `git am` (no -3 needed) on every release of the family
     series = load_series()
-    variant = series.variant("v0.26-0.29")
+    _target, variant = series.variant_for(f"vllm-{version}")
+    assert variant.name == ("v0.25" if version.startswith("0.25.") else "v0.26-0.29")
     probe = clone.parent / "probe"
     git(clone.parent, "clone", "-q", str(clone), str(probe))
     git(probe, "-c", "user.name=x", "-c", "user.email=x@x", "am",
@@ -102,9 +104,11 @@ def test_class_attributes_and_bookkeeping(patched: Patched) -> None:
     assert src(attrs["supports_dcp"]) == "True"
     assert src(attrs["lse_base_on_e"]) == "False"  # FlashInfer's sparse LSE is base 2
     init = find_func(cls, "__init__")
-    sets = [n for n in ast.walk(init) if isinstance(n, ast.Assign)
+    assert src(attrs["supports_mtp_with_cp_non_trivial_interleave_size"]) == "True"
+    # no init-time copy of the interleave: it is read from the metadata at forward time
+    sets = [n for n in ast.walk(cls) if isinstance(n, ast.Assign)
             and any(is_self_attr(t, "cp_kv_cache_interleave_size") for t in n.targets)]
-    assert len(sets) == 1 and "parallel_config.cp_kv_cache_interleave_size" in src(sets[0].value)
+    assert sets == []
     # this layout never calls super().__init__()
     assert not calls(init, "__init__")
 
@@ -116,7 +120,9 @@ def test_forward_converts_counts_and_returns_lse(patched: Patched) -> None:
     assert is_self_attr(kw(conv, "dcp_size"), "dcp_world_size")
     assert is_self_attr(kw(conv, "dcp_rank"), "dcp_rank")
     assert src(kw(conv, "return_valid_counts")) == "True"
-    assert kw(conv, "BLOCK_STRIDE_ROWS") is None  # 0.26-0.28 lack it; 0.29 has it optional
+    assert src(kw(conv, "cp_kv_cache_interleave_size")) == (
+        "attn_metadata.cp_kv_cache_interleave_size")
+    assert kw(conv, "BLOCK_STRIDE_ROWS") is None  # 0.25-0.28 lack it; 0.29 has it optional
     (branch, in_body), *_ = enclosing_ifs(fwd, conv)
     assert src(branch.test) == "self.dcp_world_size > 1" and in_body
 
@@ -170,7 +176,9 @@ def test_workspace_is_per_device(patched: Patched) -> None:
     cpu = ns["_get_workspace_buffer"](torch.device("cpu"))
     meta = ns["_get_workspace_buffer"](torch.device("meta"))
     assert cpu.device.type == "cpu" and meta.device.type == "meta"
-    assert cpu.dtype == torch.int8 and cpu.numel() == 4096
+    # 0.25 allocates uint8 (the CuteDSL tactic's int8 came with 0.26): the patch keeps the dtype
+    want = torch.uint8 if patched.version.startswith("0.25.") else torch.int8
+    assert cpu.dtype == want and cpu.numel() == 4096
     assert ns["_get_workspace_buffer"]("cpu") is cpu  # same device → same buffer
     assert set(ns["_fi_sparse_workspaces"]) == {torch.device("cpu"), torch.device("meta")}
     # and the SM120 impl takes it at init
@@ -193,8 +201,11 @@ class _Attn:
 
 def test_warmup_prompt_from_dcp_and_block_size(patched: Patched) -> None:
     tree = _mod(patched.root, WU)
+    lines: list[str] = []
+    logger = types.SimpleNamespace(warning=lambda msg, *a: lines.append(msg % a))
     ns = _exec_funcs(tree, ["dcp_decode_prompt_len", "_runner_dcp_decode_prompt_len"],
-                     {"CrossAttentionSpec": _Cross, "MambaSpec": _Mamba, "GPUModelRunner": object})
+                     {"CrossAttentionSpec": _Cross, "MambaSpec": _Mamba, "GPUModelRunner": object,
+                      "logger": logger})
     f = ns["dcp_decode_prompt_len"]
     for n in (1, 2, 4, 8):
         for b in (64, 128):
@@ -204,12 +215,16 @@ def test_warmup_prompt_from_dcp_and_block_size(patched: Patched) -> None:
     assert f(8, 128, max_model_len=65536, max_num_batched_tokens=512) == 512
     assert f(2, 64, max_model_len=3, max_num_batched_tokens=8192) == 2
 
-    def runner(dcp: int, *specs: object) -> types.SimpleNamespace:
+    def runner(dcp: int, *specs: object, mnbt: int = 8192,
+               draft: int | None = None) -> types.SimpleNamespace:
         groups = [types.SimpleNamespace(kv_cache_spec=s) for s in specs]
+        spec = None if draft is None else types.SimpleNamespace(
+            max_num_new_slots_for_drafting=draft)
         return types.SimpleNamespace(
             vllm_config=types.SimpleNamespace(
                 parallel_config=types.SimpleNamespace(decode_context_parallel_size=dcp)),
-            scheduler_config=types.SimpleNamespace(max_num_batched_tokens=8192),
+            speculative_config=spec,
+            scheduler_config=types.SimpleNamespace(max_num_batched_tokens=mnbt),
             max_model_len=65536,
             kv_cache_config=types.SimpleNamespace(kv_cache_groups=groups))
 
@@ -218,6 +233,9 @@ def test_warmup_prompt_from_dcp_and_block_size(patched: Patched) -> None:
     assert g(runner(4, _Attn(64), _Cross(), _Mamba()), 1) == 256  # non-attention groups skipped
     wrapped = types.SimpleNamespace(first_spec=_Attn(128), block_size=999)
     assert g(runner(2, wrapped), 1) == 256  # UniformTypeKVCacheSpecs unwrapped
+    assert lines == []
+    assert g(runner(4, _Attn(64), mnbt=200, draft=2), 1) == 198  # draft slots stay free
+    assert len(lines) == 1 and "clamped to 198 tokens, below 256" in lines[0]
 
     # in run_mixed_prefill_decode_warmup: upstream's 2 stays, overridden only when DCP > 1
     fn = find_func(tree, "run_mixed_prefill_decode_warmup")
@@ -250,11 +268,10 @@ def test_dcp1_warmup_and_forward_unchanged_outside_the_dcp_branches(patched: Pat
 def test_unsupported_releases_are_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                           capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.chdir(tmp_path)
-    for alias, fi in (("vllm-0.24.0", "0.6.12"), ("vllm-0.25.0", "0.6.13")):
-        rc, _, err = cli(capsys, "apply", "--branch", alias)
-        assert rc == 2
-        assert f"{alias} is not supported" in err and f"FlashInfer {fi}" in err
-        assert "kv_scale_format" in err
+    rc, _, err = cli(capsys, "apply", "--branch", "vllm-0.24.0")
+    assert rc == 2
+    assert "vllm-0.24.0 is not supported" in err and "FlashInfer 0.6.12" in err
+    assert "kv_scale_format" in err
     assert list(tmp_path.iterdir()) == []
     rc, doc, _ = cli(capsys, "targets", "--json")
     assert rc == 0
@@ -263,3 +280,45 @@ def test_unsupported_releases_are_refused(tmp_path: Path, monkeypatch: pytest.Mo
         "vllm-0.24.0"]["reason"]
     assert rows["eldritch-20260627"]["status"] == "unverified-here"
     assert all(rows[f"vllm-{r}"]["status"] == "verified" for r in RELEASES)
+    for r in ("0.25.0", "0.25.1"):  # supported with a FlashInfer newer than the 0.6.13 pin
+        row = rows[f"vllm-{r}"]
+        assert row["variant"] == "v0.25" and row["requires_flashinfer"] == "0.6.14"
+        assert row["support"] == "verified with FlashInfer >= 0.6.14"
+        assert "FLASHINFER_DISABLE_VERSION_CHECK=1" in row["requires_note"]
+    assert all(rows[f"vllm-{r}"]["requires_flashinfer"] is None for r in RELEASES[2:])
+
+
+@pytest.mark.parametrize("version", ["0.25.0", "0.25.1"])
+def test_v025_apply_prints_the_flashinfer_requirement(
+        version: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """On a checkout, ``apply`` proceeds and names the FlashInfer the release needs."""
+    clone = tmp_path / "vllm"
+    git(tmp_path, "clone", "-q", str(release_repo(version)), str(clone))
+    capsys.readouterr()
+    rc = run(["apply", "--branch", f"vllm-{version}", "--repo", str(clone)])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    text = " ".join((out + err).split())
+    assert f"vllm-{version} needs flashinfer-python >= 0.6.14" in text
+    assert "pip install flashinfer-python==0.6.14" in text
+    assert "FLASHINFER_DISABLE_VERSION_CHECK=1" in text
+
+
+@pytest.mark.network
+def test_v025_launcher_keywords_need_flashinfer_0_6_14(patched: Patched) -> None:
+    """The keywords the patched 0.25/0.26-0.29 forward sends to FlashInfer: all parameters of
+    flashinfer-python 0.6.14's decode entry point (the requirement of the 0.25 targets), while
+    0.6.13 (vLLM 0.25's pin) lacks ``kv_scale_format`` - why the pin cannot run SM120."""
+    from sm120kit.patchset.release import release_tree
+
+    fwd = find_func(find_class(_mod(patched.root, SM), "FlashInferMLASparseSM120Impl"),
+                    "forward_mqa")
+    sent = {k.arg for k in one_call(fwd, "flashinfer_trtllm_batch_decode_with_kv_cache_mla").keywords}
+
+    def params(version: str) -> set[str]:
+        core = release_tree("flashinfer-python", version) / "flashinfer" / "mla" / "_core.py"
+        fn = find_func(ast.parse(core.read_text()), "trtllm_batch_decode_with_kv_cache_mla")
+        return {a.arg for a in fn.args.args + fn.args.kwonlyargs}
+
+    assert sent <= params("0.6.14"), sorted(sent - params("0.6.14"))
+    assert "kv_scale_format" in sent and "kv_scale_format" not in params("0.6.13")

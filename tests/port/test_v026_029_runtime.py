@@ -73,7 +73,8 @@ def test_patched_warmup_runs_with_dcp_prompt(release: str, tmp_path: Path) -> No
         dcp, block, mml, mnbt, num_tokens = p["case"]
         assert p["returned"] is True and u["returned"] is True
         # the patch reads only real GPUModelRunner attributes; with DCP = 1 just the DCP size
-        extra = {"vllm_config"} | ({"scheduler_config", "max_model_len"} if dcp > 1 else set())
+        extra = {"vllm_config"} | ({"scheduler_config", "max_model_len", "speculative_config"}
+                                   if dcp > 1 else set())
         assert set(p["reads"]) <= set(u["reads"]) | extra
         if dcp == 1:
             assert p["calls"] == u["calls"]  # DCP = 1: byte-for-byte upstream's scheduler outputs

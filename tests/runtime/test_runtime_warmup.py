@@ -182,7 +182,7 @@ def test_upstream_keeps_two_token_prompt_under_dcp(runtime_results: Any, release
             p_first, _, _ = _steps(p)
             assert len(p_first["scheduled_new_reqs"][0]["prompt_token_ids"]) > 2
             extra = set(p["runner_reads"]) - set(case["runner_reads"])
-            assert extra <= {"scheduler_config"}, extra
+            assert extra <= {"scheduler_config", "speculative_config"}, extra
 
 
 _BASE_READS = {
@@ -203,11 +203,51 @@ UPSTREAM_READS = {
 @pytest.mark.parametrize("release", RELEASES)
 def test_runner_attributes_read(runtime_results: Any, release: str) -> None:
     """The minimal runner is minimal: upstream reads exactly these attributes; the patch adds
-    only ``scheduler_config`` (for max_num_batched_tokens), and only when DCP > 1."""
+    only ``scheduler_config`` (max_num_batched_tokens) and ``speculative_config`` (its draft
+    slots), and only when DCP > 1."""
     for kind in ("patched", "upstream"):
         for case in _cases(runtime_results, release, kind):
             want = set(UPSTREAM_READS[release])
             if kind == "patched" and case["case"]["dcp"] > 1:
-                want.add("scheduler_config")
+                want |= {"scheduler_config", "speculative_config"}
             assert set(case["runner_reads"]) == want, (kind, case["case"])
             assert case["runner_writes"] == []
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_mtp_small_budget_leaves_draft_slots_and_logs_the_clamp(
+        runtime_results: Any, release: str) -> None:
+    """MTP 1 and 3 (and a drafter with 3 slots per request) with max_num_batched_tokens 200:
+    the decode request's prompt is clamped to the budget less its draft slots, and one warning
+    line says that not every rank gets a full local block; unclamped, nothing is logged."""
+    cases = runtime_results.ok(release, "patched").result["warmup_mtp"]
+    assert [(c["case"]["mtp"], c["case"]["draft_slots"]) for c in cases] == [
+        (1, 0), (3, 0), (3, 3), (3, 0)]
+    for case in cases:
+        c = case["case"]
+        assert case["returned"] is True, c
+        first = case["calls"][0]["arg"]
+        (req,) = first["scheduled_new_reqs"]
+        assert req["req_id"] == DECODE_ID
+        length = len(req["prompt_token_ids"])
+        want = warmup_decode_prompt_len(
+            c["dcp"], c["block_size"], max_model_len=c["max_model_len"],
+            max_num_batched_tokens=c["max_num_batched_tokens"], decode_query_len=1 + c["mtp"],
+            draft_slots=c["draft_slots"])
+        assert length == want, c
+        # the prefill step of the prompt plus its draft slots fits the token budget
+        assert first["total_num_scheduled_tokens"] + c["draft_slots"] <= c[
+            "max_num_batched_tokens"]
+        full = c["dcp"] * c["block_size"]
+        clamp_lines = [ln for ln in case["log"] if ln.startswith("DCP warmup: decode prompt")]
+        if length < full:
+            assert clamp_lines == [
+                f"DCP warmup: decode prompt clamped to {length} tokens, below {full} "
+                f"({c['dcp']} ranks x block {c['block_size']}): not every rank holds a full "
+                f"local KV block during warmup (max_model_len {c['max_model_len']}, "
+                f"max_num_batched_tokens {c['max_num_batched_tokens']}, "
+                f"{c['draft_slots']} draft slots)"], case["log"]
+        else:
+            assert clamp_lines == []
+    assert [len(c["calls"][0]["arg"]["scheduled_new_reqs"][0]["prompt_token_ids"])
+            for c in cases] == [200, 200, 197, 128]

@@ -8,10 +8,12 @@ from sm120kit.doctor.context import DoctorContext
 from sm120kit.doctor.model import Outcome, fail, ok, skip, warn
 from sm120kit.doctor.registry import check
 from sm120kit.facts import flashinfer as fif
-from sm120kit.facts.packages import version_ge
+from sm120kit.facts.packages import get_dist, version_ge
 
-MIN_API = "0.6.14"
-UPGRADE = "pip install 'flashinfer-python>=0.6.14' (or the version your vLLM pins, if newer)"
+MIN_API = fif.SM120_MIN
+UPGRADE = (f"pip install flashinfer-python=={MIN_API} (vLLM 0.25.x pins 0.6.13, which lacks the "
+           "SM120 API; a newer vLLM: the version it pins), with "
+           f"{fif.VERSION_CHECK_ENV}=1 when an older flashinfer-cubin is installed")
 
 
 def _not_installed(ctx: DoctorContext) -> Outcome:
@@ -38,6 +40,20 @@ def sm120_api(ctx: DoctorContext) -> Outcome:
                     UPGRADE, **ev)
     if not info.sm120_module:
         return fail(f"flashinfer {info.version}: no mla/_sparse_mla_sm120 module", UPGRADE, **ev)
+    ev["return_lse_base"] = "return_lse_base" in info.decode_params
+    vi = ctx.vllm()
+    if (vi.installed and vi.series_applied and version_ge(vi.version, "0.34.0")
+            and not ev["return_lse_base"]):
+        # the v0.34 variant passes return_lse_base="base2" (FlashInfer >= 0.7.2.post1)
+        return fail(f"flashinfer {info.version}: {fif.DECODE_FN} has no return_lse_base, which "
+                    f"the patched vLLM {vi.version} passes", "pip install the FlashInfer vLLM "
+                    f"{vi.version} pins (flashinfer-python >= 0.7.2.post1)", **ev)
+    cubin = get_dist("flashinfer-cubin", ctx.paths)
+    if fif.cubin_mismatch(info.version, cubin.version if cubin else None, ctx.environ):
+        return fail(f"flashinfer {info.version} has the SM120 API but flashinfer-cubin "
+                    f"{cubin.version if cubin else '?'} differs: FlashInfer refuses to import",
+                    f"export {fif.VERSION_CHECK_ENV}=1 (flashinfer-cubin has no "
+                    f"{info.version} release) or install the matching flashinfer-cubin", **ev)
     if info.routing_present is False:
         return warn(f"flashinfer {info.version}: API present but the SM120 routing line "
                     f"({fif.ROUTING_TEXT!r}) was not found; a fork?", None, **ev)

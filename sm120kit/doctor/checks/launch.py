@@ -227,7 +227,7 @@ def block_size(ctx: DoctorContext) -> Outcome:
     return ok(f"block size {bs} ({src}), interleave {p.interleave}", **ev)
 
 
-@check("launch.mtp_interleave", tier=0, title="MTP / speculative decode needs interleave 1",
+@check("launch.mtp_interleave", tier=0, title="MTP / speculative decode with a KV interleave",
        kind="launch")
 def mtp_interleave(ctx: DoctorContext) -> Outcome:
     p = _plan(ctx)
@@ -237,8 +237,14 @@ def mtp_interleave(ctx: DoctorContext) -> Outcome:
     if not spec:
         return ok("no speculative decoding", **ev)
     if p.dcp > 1 and p.interleave > 1:
-        return fail(f"MTP with cp_kv_cache_interleave_size {p.interleave} > 1 is not supported "
-                    "by the SM120 impl", "use --cp-kv-cache-interleave-size 1 with MTP", **ev)
+        vi = ctx.vllm()
+        ev["vllm_patched"] = bool(vi.installed and vi.series_applied)
+        if not ev["vllm_patched"]:
+            # stock SM120 impl: supports_mtp_with_cp_non_trivial_interleave_size is False
+            return fail(f"MTP with cp_kv_cache_interleave_size {p.interleave} > 1 is refused by "
+                        "the unpatched SM120 impl",
+                        "`sm120kit apply --installed` (the series converts per token), or "
+                        "--cp-kv-cache-interleave-size 1", **ev)
     if p.num_speculative_tokens > 3:
         return warn(f"{p.num_speculative_tokens} speculative tokens: reported unstable above 3",
                     "use num_speculative_tokens 2", **ev)

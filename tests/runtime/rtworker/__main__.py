@@ -17,14 +17,20 @@ MODULES = (
     "vllm.v1.worker.gpu.warmup",
     "vllm.v1.attention.ops.dcp",
 )
+OPTIONAL = {"vllm.v1.attention.ops.dcp"}  # the DCP combine ops module arrived after 0.29
 
 
 def run_imports() -> dict[str, Any]:
     import importlib
 
     res: dict[str, Any] = {"modules": {}}
+    import importlib.util
+
     for name in MODULES:
         t0 = time.monotonic()
+        if name in OPTIONAL and importlib.util.find_spec(name) is None:
+            res["modules"][name] = {"file": None, "absent": True}  # not in this release
+            continue
         mod = importlib.import_module(name)
         res["modules"][name] = {
             "file": getattr(mod, "__file__", None),
@@ -49,7 +55,7 @@ def run_imports() -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="rtworker")
-    ap.add_argument("mode", choices=["all", "imports", "gloo"])
+    ap.add_argument("mode", choices=["all", "impl", "imports", "gloo", "interleave"])
     ap.add_argument("--kind", choices=["patched", "upstream"], required=True)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--release", required=True)
@@ -68,6 +74,16 @@ def main(argv: list[str] | None = None) -> int:
 
             stage = "gloo"
             out["gloo"] = gloo_case.run(args.out, args.rank, args.world, args.port)
+        if args.mode == "impl":  # 0.25-0.29: the SM120 impl only (older workspace/warmup APIs)
+            from rtworker import impl_case
+
+            stage = "impl"
+            out["impl"] = impl_case.run_all(args.kind, args.out)
+        if args.mode == "interleave":
+            from rtworker import interleave_case
+
+            stage = "interleave"
+            out["interleave"] = interleave_case.run_all(args.out)
         if args.mode == "all":
             from rtworker import impl_case, warmup_case, workspace_case
 
@@ -77,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
                 ("workspace_init", workspace_case.run_init_fetch),
                 ("workspace_refetch", lambda: workspace_case.run_forward_refetch(args.out)),
                 ("warmup", warmup_case.run_all),
+                ("warmup_mtp", warmup_case.run_mtp),
             ):
                 t0 = time.monotonic()
                 out[stage] = fn()

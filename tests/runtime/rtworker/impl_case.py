@@ -36,6 +36,8 @@ class Scenario:
     interleave: int = 1
     block: int = 64
     poison_empty_rows: bool = False  # see Recorder.poison_empty_rows
+    #: request of each query token; MTP batches repeat a request for its 1 + k tokens
+    req_of_token: tuple[int, ...] = (0, 1, 2, 0, 1, 2)
 
 
 SCENARIOS = [
@@ -71,7 +73,7 @@ def make_inputs(sc: Scenario, seed: int = 1234) -> dict[str, Any]:
     for s in SEQ_LENS:
         offsets.append(offsets[-1] + s)
     r = len(SEQ_LENS)
-    req_of_token = [0, 1, 2, 0, 1, 2]
+    req_of_token = list(sc.req_of_token)
     t_count = len(req_of_token)
     topk = torch.full((t_count, TOPK), -1, dtype=torch.int32)
     for t in range(r):  # regular tokens: 3/4 of the slots used, -1 scattered
@@ -195,14 +197,25 @@ def build_metadata(inp: dict[str, Any], cache: dict[str, Any], sc: Scenario) -> 
     from vllm.v1.attention.backends.mla.flashinfer_mla_sparse import FlashInferMLASparseMetadata
 
     t = inp["topk"].shape[0]
+    reqs = inp["req_of_token"].tolist()
+    # an MTP batch holds each request's 1 + k query tokens together: one query row per request
+    per_req = [reqs.count(r) for r in sorted(set(reqs))] if reqs == sorted(reqs) else [1] * t
+    qsl = [0]
+    for n in per_req:
+        qsl.append(qsl[-1] + n)
     values: dict[str, Any] = {
-        "num_reqs": t,
-        "max_query_len": 1,
+        "num_reqs": len(per_req),
+        "max_query_len": max(per_req),
         "max_seq_len": max(SEQ_LENS),
+        # per query row (0.26-0.29 metadata carries them; the SM120 impl does not read them)
+        "seq_lens": torch.tensor(
+            [SEQ_LENS[r] for r in (sorted(set(reqs)) if reqs == sorted(reqs) else reqs)],
+            dtype=torch.int32,
+        ),
         "num_actual_tokens": t,
-        "query_start_loc": torch.arange(t + 1, dtype=torch.int32),
+        "query_start_loc": torch.tensor(qsl, dtype=torch.int32),
         "slot_mapping": torch.zeros(t, dtype=torch.int64),
-        "num_decodes": t,
+        "num_decodes": len(per_req),
         "num_decode_tokens": t,
         "num_prefills": 0,
         "block_table": cache["block_table"],
@@ -227,7 +240,8 @@ def build_metadata(inp: dict[str, Any], cache: dict[str, Any], sc: Scenario) -> 
 
 def _class_contract(impl: Any) -> dict[str, Any]:
     cls = type(impl)
-    names = ("can_return_lse_for_decode", "supports_dcp", "lse_base_on_e")
+    names = ("can_return_lse_for_decode", "supports_dcp", "lse_base_on_e",
+             "supports_mtp_with_cp_non_trivial_interleave_size")
     return {
         "class_dict": {n: cls.__dict__.get(n, "<inherited>") for n in names},
         "class_value": {n: getattr(cls, n, None) for n in names},

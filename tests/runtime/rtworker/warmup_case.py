@@ -39,6 +39,28 @@ CLAMP_CASES = [
 ]
 
 
+# (dcp, block_size, max_model_len, max_num_batched_tokens, num_tokens, mtp, draft_slots):
+# speculative decoding with a small token budget. MTP adds no drafting slots beyond the query
+# slot the scheduler already counts (SpeculativeConfig.max_num_new_slots_for_drafting = 0 for
+# "mtp"); a draft model adds 1 per request, a parallel drafter k.
+MTP_CASES = [
+    (4, 64, 8192, 200, 16, 1, 0),  # MTP 1: L = min(256, 200) = 200, clamped -> one log line
+    (4, 64, 8192, 200, 16, 3, 0),  # MTP 3
+    (4, 64, 8192, 200, 16, 3, 3),  # a parallel drafter's 3 slots: L = 200 - 3 = 197
+    (2, 64, 8192, 8192, 16, 3, 0),  # MTP 3, budget large enough: L = 128, nothing logged
+]
+
+
+class _SpecConfigStandIn:
+    """The attributes of ``SpeculativeConfig`` the warmup reads. A real one needs the target and
+    draft models' Hugging Face configs (unreachable here)."""
+
+    def __init__(self, k: int, slots: int) -> None:
+        self.num_speculative_tokens = k
+        self.max_num_new_slots_for_drafting = slots
+        self.method = "mtp"
+
+
 class _ModelConfigStandIn:
     """Only ``get_vocab_size`` (read by 0.34's ``_warmup_token_ids``)."""
 
@@ -147,11 +169,42 @@ def _install_sync_counter() -> list[int]:
     return counter
 
 
-def run_case(dcp: int, block: int, max_model_len: int, mnbt: int, num_tokens: int) -> dict[str, Any]:
+class _Lines:
+    """Collects the warmup module's log records (the worker runs vLLM at level ERROR)."""
+
+    def __init__(self) -> None:
+        import logging
+
+        self.lines: list[str] = []
+        outer = self
+
+        class Handler(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                outer.lines.append(record.getMessage())
+
+        self.handler = Handler(level=logging.WARNING)
+
+
+def run_case(dcp: int, block: int, max_model_len: int, mnbt: int, num_tokens: int,
+             mtp: int = 0, draft_slots: int = 0) -> dict[str, Any]:
+    import logging
+
     from vllm.v1.kv_cache_interface import AttentionSpec
     from vllm.v1.worker.gpu import warmup
 
     runner, connector = build_runner(dcp, block, max_model_len, mnbt)
+    if mtp:
+        spec_cfg = _SpecConfigStandIn(mtp, draft_slots)
+        attrs = object.__getattribute__(runner, "_attrs")
+        attrs.update(num_speculative_steps=mtp, decode_query_len=1 + mtp,
+                     speculative_config=spec_cfg,
+                     # 0.34 pins fixed draft counts around a speculative warmup
+                     adaptive_verification=None, rejection_sampler=None)
+    log = _Lines()
+    wlog = logging.getLogger(warmup.__name__)
+    old_level = wlog.level
+    wlog.setLevel(logging.WARNING)
+    wlog.addHandler(log.handler)
     counter = _install_sync_counter()
     counter[0] = 0
     calls: list[dict[str, Any]] = []
@@ -162,7 +215,12 @@ def run_case(dcp: int, block: int, max_model_len: int, mnbt: int, num_tokens: in
     def sample_tokens(grammar_output: Any) -> None:
         calls.append({"call": "sample_tokens", "arg": canon(grammar_output)})
 
-    ret = warmup.run_mixed_prefill_decode_warmup(runner, execute_model, sample_tokens, num_tokens)
+    try:
+        ret = warmup.run_mixed_prefill_decode_warmup(runner, execute_model, sample_tokens,
+                                                     num_tokens)
+    finally:
+        wlog.removeHandler(log.handler)
+        wlog.setLevel(old_level)
     spec = runner.kv_cache_config.kv_cache_groups[0].kv_cache_spec
     return {
         "case": {
@@ -171,7 +229,9 @@ def run_case(dcp: int, block: int, max_model_len: int, mnbt: int, num_tokens: in
             "max_model_len": max_model_len,
             "max_num_batched_tokens": mnbt,
             "num_tokens": num_tokens,
+            **({"mtp": mtp, "draft_slots": draft_slots} if mtp else {}),
         },
+        "log": log.lines,
         "returned": ret,
         "calls": calls,
         "runner_reads": sorted(object.__getattribute__(runner, "_reads")),
@@ -189,3 +249,7 @@ def run_case(dcp: int, block: int, max_model_len: int, mnbt: int, num_tokens: in
 
 def run_all() -> list[dict[str, Any]]:
     return [run_case(*c) for c in MAIN_CASES + CLAMP_CASES]
+
+
+def run_mtp() -> list[dict[str, Any]]:
+    return [run_case(*c) for c in MTP_CASES]

@@ -1,0 +1,175 @@
+"""Upstream markers judged on the syntax tree, so that formatting and comments do not matter.
+
+A marker of ``kind`` other than ``text`` is evaluated on ``ast.parse`` of the file:
+
+* ``class_attr``: class ``cls`` assigns ``name`` the constant ``value`` in its body
+  (``can_return_lse_for_decode = True``; ``= False`` does not match).
+* ``call_kwarg``: a call of ``func`` (the callee's last name, ``mod.f`` or ``f``) passes keyword
+  ``name``, written inline or through ``**kw`` where ``kw`` is a dict built in the same function
+  (``dict(name=...)``, ``{"name": ...}`` or ``kw["name"] = ...``); with ``value`` the argument must
+  be that constant, with ``not_in`` it must not be one of those constants.
+* ``function``: a function ``name`` is defined (optionally inside class ``cls``); with ``calls``
+  it calls that function; with ``no_global`` it declares no ``global``.
+* ``assign``: inside function ``scope``, ``name`` is assigned something other than a constant.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from functools import lru_cache
+from typing import Any
+
+_MISSING = object()
+
+
+@lru_cache(maxsize=64)
+def parse(text: str) -> ast.Module | None:
+    try:
+        return ast.parse(text)
+    except (SyntaxError, ValueError):
+        return None
+
+
+def _callee(node: ast.Call) -> str | None:
+    f = node.func
+    if isinstance(f, ast.Name):
+        return f.id
+    if isinstance(f, ast.Attribute):
+        return f.attr
+    return None
+
+
+def _functions(tree: ast.AST) -> Iterator[ast.FunctionDef | ast.AsyncFunctionDef]:
+    for n in ast.walk(tree):
+        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef):
+            yield n
+
+
+def _const(node: ast.expr | None) -> Any:
+    return node.value if isinstance(node, ast.Constant) else _MISSING
+
+
+def _dict_entries(fn: ast.AST, name: str) -> dict[str, ast.expr]:
+    """Keys a function puts into the dict variable ``name`` (literal, dict(), item assignment)."""
+    out: dict[str, ast.expr] = {}
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Assign):
+            for t in n.targets:
+                if isinstance(t, ast.Name) and t.id == name:
+                    v = n.value
+                    if isinstance(v, ast.Dict):
+                        out.update({k.value: val for k, val in zip(v.keys, v.values, strict=True)
+                                    if isinstance(k, ast.Constant) and isinstance(k.value, str)})
+                    elif isinstance(v, ast.Call) and _callee(v) == "dict":
+                        out.update({k.arg: k.value for k in v.keywords if k.arg})
+                elif (isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name)
+                      and t.value.id == name and isinstance(t.slice, ast.Constant)
+                      and isinstance(t.slice.value, str)):
+                    out[t.slice.value] = n.value
+    return out
+
+
+@lru_cache(maxsize=64)
+def _calls_by_callee(text: str) -> dict[str, list[tuple[ast.Call, ast.AST]]]:
+    """Every call in ``text`` by callee name, with its innermost enclosing function (one walk)."""
+    tree = parse(text)
+    out: dict[str, list[tuple[ast.Call, ast.AST]]] = {}
+    if tree is None:
+        return out
+    stack: list[tuple[ast.AST, ast.AST]] = [(tree, tree)]
+    while stack:
+        node, scope = stack.pop()
+        if isinstance(node, ast.Call):
+            name = _callee(node)
+            if name:
+                out.setdefault(name, []).append((node, scope))
+        inner = node if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) else scope
+        stack.extend((child, inner) for child in ast.iter_child_nodes(node))
+    return out
+
+
+def _kwarg_values(text: str, func: str, name: str) -> list[ast.expr]:
+    found: list[ast.expr] = []
+    for call, scope in _calls_by_callee(text).get(func, []):
+        for k in call.keywords:
+            if k.arg == name:
+                found.append(k.value)
+            elif k.arg is None and isinstance(k.value, ast.Name):
+                v = _dict_entries(scope, k.value.id).get(name)
+                if v is not None:
+                    found.append(v)
+    return found
+
+
+def _class_attr(tree: ast.Module, cls: str, name: str, value: Any) -> bool:
+    for n in ast.walk(tree):
+        if isinstance(n, ast.ClassDef) and n.name == cls:
+            for s in n.body:
+                if not isinstance(s, ast.Assign | ast.AnnAssign):
+                    continue
+                targets = s.targets if isinstance(s, ast.Assign) else [s.target]
+                if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+                    v = _const(s.value)
+                    if v is not _MISSING and v == value and type(v) is type(value):
+                        return True
+    return False
+
+
+def _function(tree: ast.Module, name: str, cls: str | None, calls: str | None,
+              no_global: bool) -> bool:
+    where: ast.AST = tree
+    if cls:
+        where = next((n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == cls),
+                     ast.Module(body=[], type_ignores=[]))
+    for fn in _functions(where):
+        if fn.name != name:
+            continue
+        if calls and not any(isinstance(c, ast.Call) and _callee(c) == calls
+                             for c in ast.walk(fn)):
+            continue
+        if no_global and any(isinstance(g, ast.Global) for g in ast.walk(fn)):
+            continue
+        return True
+    return False
+
+
+def _assign_non_const(tree: ast.Module, scope: str, name: str) -> bool:
+    for fn in _functions(tree):
+        if fn.name != scope:
+            continue
+        for n in ast.walk(fn):
+            if isinstance(n, ast.Assign | ast.AnnAssign) and n.value is not None:
+                targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+                if any(isinstance(t, ast.Name) and t.id == name for t in targets) \
+                        and not isinstance(n.value, ast.Constant):
+                    return True
+    return False
+
+
+def holds(kind: str, spec: dict[str, Any], text: str) -> bool:
+    """Whether the AST marker ``kind``/``spec`` holds in the Python source ``text``."""
+    # every kind names an identifier that must occur in the source: skip the parse without it
+    key = spec.get("func") if kind == "call_kwarg" else spec.get("name")
+    if key and key not in text:
+        return False
+    if kind == "call_kwarg":
+        for v in _kwarg_values(text, spec["func"], spec["name"]):
+            c = _const(v)
+            if "value" in spec and (c is _MISSING or c != spec["value"]):
+                continue
+            if c is not _MISSING and c in spec.get("not_in", []):
+                continue
+            return True
+        return False
+    tree = parse(text)
+    if tree is None:
+        return False
+    if kind == "class_attr":
+        return _class_attr(tree, spec["cls"], spec["name"], spec.get("value", True))
+    if kind == "function":
+        return _function(tree, spec["name"], spec.get("cls"), spec.get("calls"),
+                         bool(spec.get("no_global")))
+    if kind == "assign":
+        return _assign_non_const(tree, spec["scope"], spec["name"])
+    raise ValueError(f"unknown marker kind {kind!r}")

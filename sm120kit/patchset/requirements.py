@@ -1,0 +1,86 @@
+"""What a target needs beyond the patch series: a FlashInfer newer than the release's pin.
+
+vLLM 0.25.x pins flashinfer-python 0.6.13, whose ``trtllm_batch_decode_with_kv_cache_mla`` has no
+``kv_scale_format`` and which has no SM120 sparse-MLA module: the SM120 backend cannot run with
+the pin. Such a target carries ``requires_flashinfer`` in the manifest. The installed FlashInfer is
+judged by its source (the decode function's signature and the SM120 module, read without
+importing it, ``sm120kit.facts.flashinfer``), never by vLLM's pin.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from sm120kit.facts import flashinfer as fif
+from sm120kit.facts.packages import get_dist
+from sm120kit.facts.series import Target
+
+ReqStatus = Literal["met", "unmet", "unchecked"]
+VERSION_CHECK_ENV = fif.VERSION_CHECK_ENV
+
+
+@dataclass
+class FlashInferRequirement:
+    alias: str
+    minimum: str
+    status: ReqStatus
+    installed: str | None = None
+    missing: list[str] = field(default_factory=list)
+    cubin: str | None = None
+    fix: str = ""
+
+    def line(self) -> str:
+        need = f"{self.alias} needs flashinfer-python >= {self.minimum} (the SM120 sparse-MLA API)"
+        if self.status == "met":
+            return f"{need}: installed {self.installed} has it"
+        if self.status == "unchecked":
+            return f"note: {need}; install it in the environment that runs vLLM: {self.fix}"
+        have = f"flashinfer-python {self.installed}" if self.installed else "no flashinfer-python"
+        lacks = f" ({', '.join(self.missing)} missing)" if self.missing else ""
+        return f"warning: {need}, found {have}{lacks}; fix: {self.fix}"
+
+
+def fix_text(minimum: str, cubin: str | None) -> str:
+    fix = f"pip install flashinfer-python=={minimum}"
+    if cubin and cubin.split("+")[0] != minimum:
+        fix += (f"; flashinfer-cubin {cubin} lags it, so also export {VERSION_CHECK_ENV}=1 "
+                "(FlashInfer refuses to import when the two versions differ)")
+    else:
+        fix += f" (with {VERSION_CHECK_ENV}=1 if an older flashinfer-cubin is installed)"
+    return fix
+
+
+def requirement(target: Target) -> FlashInferRequirement | None:
+    """The target's FlashInfer requirement, not checked against any environment."""
+    if not target.requires_flashinfer:
+        return None
+    m = target.requires_flashinfer
+    return FlashInferRequirement(target.alias, m, "unchecked", fix=fix_text(m, None))
+
+
+def check_installed(target: Target, paths: Sequence[str] | None) -> FlashInferRequirement | None:
+    """The target's requirement judged against the FlashInfer on ``paths`` (a sys.path)."""
+    if not target.requires_flashinfer:
+        return None
+    m = target.requires_flashinfer
+    info = fif.inspect(paths)
+    cubin_dist = get_dist("flashinfer-cubin", paths)
+    cubin = cubin_dist.version if cubin_dist else None
+    missing: list[str] = []
+    if not info.installed:
+        missing = ["flashinfer-python"]
+    elif info.decode_params is None:
+        missing = [fif.DECODE_FN]
+    else:
+        missing = list(info.missing_params)
+        if not info.sm120_module:
+            missing.append("mla/_sparse_mla_sm120")
+    fix = fix_text(m, cubin)
+    if not missing and fif.cubin_mismatch(info.version, cubin, os.environ):
+        missing = [f"flashinfer-cubin {cubin} != {info.version} without {VERSION_CHECK_ENV}=1"]
+        fix = f"export {VERSION_CHECK_ENV}=1 (flashinfer-cubin has no {info.version} release)"
+    status: ReqStatus = "unmet" if missing else "met"
+    return FlashInferRequirement(target.alias, m, status, info.version, missing, cubin, fix)
