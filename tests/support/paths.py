@@ -9,8 +9,8 @@ PATCHES = ROOT / "patches"
 #: the public vLLM log corpus in ``shared/data/vllm-logs`` beside the checkout (CI: beside the
 #: clone; a worktree under ``wt/NAME``: two levels up)
 SHARED_LOGS = next(
-    (d for d in (ROOT.parent / "shared/data/vllm-logs", ROOT.parents[1] / "shared/data/vllm-logs",
-                 ROOT.parents[2] / "shared/data/vllm-logs") if d.is_dir()),
+    (d / "shared/data/vllm-logs" for d in list(ROOT.parents)[:3]
+     if (d / "shared/data/vllm-logs").is_dir()),
     ROOT.parent / "shared/data/vllm-logs",
 )
 
