@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import run_worker
-from rt_expect import LSE_ATOL, OUT_ATOL, OUT_RTOL, expected, max_excess, owned_counts
+
+from tests.runtime.conftest import run_worker
+from tests.runtime.rt_expect import LSE_ATOL, OUT_ATOL, OUT_RTOL, expected, max_excess, owned_counts
 
 pytestmark = pytest.mark.slow  # one vLLM import per release (~40 s each on 2 cores)
 
