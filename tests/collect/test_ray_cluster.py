@@ -139,7 +139,9 @@ def test_three_nodes_stall_then_a_node_lost_during_collect(tmp_path: Path) -> No
 
         # a worker node leaves while the second collect runs: recorded, never fatal
         victim = next(n for n in c.worker_nodes if n.node_id == nodes[1])
-        p = _collect(c.address, tmp_path / "out2")
+        # a long sample gap keeps every node's task running well past the removal below (with a
+        # 1 s gap a fast node could finish before it is removed and be recorded 'ok')
+        p = _collect(c.address, tmp_path / "out2", "--sample-gap", "10")
         assert p.stderr is not None
         seen: list[str] = []
 
