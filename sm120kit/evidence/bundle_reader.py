@@ -39,16 +39,25 @@ READ_ERRORS = (OSError, EOFError, tarfile.TarError, zlib.error, ValueError)
 BUNDLE_MARKERS = ("manifest.json", "summary.md", "processes.json", "stacks", "timeline.json")
 
 
-class _Capped(io.RawIOBase):
+class _Reader(io.RawIOBase):
+    """A readable raw stream whose ``readinto`` is served by the subclass's ``read``."""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        data = self.read(len(b))
+        b[: len(data)] = data
+        return len(data)
+
+
+class _Capped(_Reader):
     """A read-only stream that stops after ``cap`` bytes (defence against lying headers)."""
 
     def __init__(self, raw: IO[bytes], cap: int) -> None:
         self._raw = raw
         self._left = cap
         self._err: BaseException | None = None
-
-    def readable(self) -> bool:
-        return True
 
     def read(self, n: int = -1) -> bytes:
         if self._err is not None:
@@ -77,11 +86,6 @@ class _Capped(io.RawIOBase):
         self._left -= len(data)
         return data
 
-    def readinto(self, b: Any) -> int:
-        data = self.read(len(b))
-        b[: len(data)] = data
-        return len(data)
-
     def close(self) -> None:
         try:
             self._raw.close()
@@ -89,23 +93,15 @@ class _Capped(io.RawIOBase):
             super().close()
 
 
-class _Owned(io.RawIOBase):
+class _Owned(_Reader):
     """A member's data stream that closes its own TarFile."""
 
     def __init__(self, raw: Any, owner: tarfile.TarFile) -> None:
         self._raw = raw
         self._owner = owner
 
-    def readable(self) -> bool:
-        return True
-
     def read(self, n: int = -1) -> bytes:
         return bytes(self._raw.read(n))
-
-    def readinto(self, b: Any) -> int:
-        data = self.read(len(b))
-        b[: len(data)] = data
-        return len(data)
 
     def close(self) -> None:
         try:
