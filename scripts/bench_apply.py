@@ -31,8 +31,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sm120kit.facts.series import load_series  # noqa: E402
 from sm120kit.gitrun import git_env  # noqa: E402
+from sm120kit.models.series import load_series  # noqa: E402
 from sm120kit.patchset.release import release_repo  # noqa: E402
 
 

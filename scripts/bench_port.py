@@ -45,8 +45,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from sm120kit.errors import UserError  # noqa: E402
-from sm120kit.facts.series import Series, Variant, load_series  # noqa: E402
 from sm120kit.gitrun import AM_CONFIG, run_git  # noqa: E402
+from sm120kit.models.series import Series, Variant, load_series  # noqa: E402
 from sm120kit.patchset import release as rel  # noqa: E402
 from sm120kit.patchset.defmerge import MergeOutcome, check_result, line_merge, merge_file  # noqa: E402
 from sm120kit.patchset.port import port_series, series_steps  # noqa: E402

@@ -1,17 +1,22 @@
 """The package's import graph, read with ``ast`` (module-level and function-level imports).
 
-Layers, lowest first; a module may import its own package and any lower layer, never upward:
+Layers, lowest first; a module may import its own package and any lower layer, never upward
+(docs/architecture.md draws the same table; a test below checks they agree):
 
 * base: ``sm120kit`` (``__init__``), ``errors``, ``paths``, ``report``, ``gitrun``;
-* readers: ``facts``, ``evidence`` (they may import each other, without a cycle);
+* models: ``models`` (pure: ServeArgs, the series manifest, the DCP plan, KV density);
+* readers: ``facts``, ``evidence`` (bounded readers of the machine, sources and logs; they may
+  import each other, without a cycle);
+* services: ``services`` (process supervision, snapshots, bundle writing);
 * capabilities: ``patchset``, ``doctor``, ``warmup``, ``collect``, ``diagnose``, ``validate``
-  (a capability imports another only where listed in ``CAPABILITY_EDGES`` with the reason);
+  side by side: none imports another (the CLI composes them);
 * top: ``cli`` and ``__main__``.
 
 Also: no cycle between modules of different packages (nor between packages), imports of our own
 modules at module level (the CLI's lazy subcommand loading excepted) and never inside a
-``try: ... except ImportError``. The checks are plain functions over ``{module: source}`` so the
-last tests can feed them a graph with each defect and see it reported.
+``try: ... except ImportError``; ``facts`` never imports torch. The checks are plain functions
+over ``{module: source}`` so the last tests can feed them a graph with each defect and see it
+reported.
 """
 
 from __future__ import annotations
@@ -27,24 +32,19 @@ import sm120kit
 PKG_ROOT = Path(sm120kit.__file__).resolve().parent
 
 BASE = {"sm120kit", "errors", "paths", "report", "gitrun"}
+MODELS = {"models"}
 READERS = {"facts", "evidence"}
+SERVICES = {"services"}
 CAPABILITIES = {"patchset", "doctor", "warmup", "collect", "diagnose", "validate"}
 TOP = {"cli", "__main__"}
-LAYER = {**{p: 0 for p in BASE}, **{p: 1 for p in READERS}, **{p: 2 for p in CAPABILITIES},
-         **{p: 3 for p in TOP}}
+LAYERS: tuple[tuple[str, set[str]], ...] = (
+    ("base", BASE), ("models", MODELS), ("readers", READERS), ("services", SERVICES),
+    ("capabilities", CAPABILITIES), ("top", TOP))
+LAYER = {p: i for i, (_name, pkgs) in enumerate(LAYERS) for p in pkgs}
 
-#: capability -> capability imports that remain, each with the reason it is not injected
-CAPABILITY_EDGES: dict[tuple[str, str], str] = {
-    ("collect", "doctor"): "every bundle embeds doctor tiers 0-1 (doctor.json), run by "
-                           "collect.snapshot; doctor never imports collect",
-    ("collect", "diagnose"): "a bundle's verdict is the diagnose rules engine run over the "
-                             "bundle (one engine, issue 12); diagnose never imports collect",
-    ("warmup", "collect"): "`warmup run` hands its stalled ranks to collect.snapshot."
-                           "collect_processes for a bundle; collect never imports warmup",
-    ("validate", "collect"): "`validate -- vllm serve` runs the servers under collect's "
-                             "LaunchSupervisor so a hang during validation is bundled; collect "
-                             "never imports validate",
-}
+#: capability -> capability imports that remain, each with the reason it is not injected (none:
+#: bundles get doctor's report and diagnose's verdict from the CLI through services.BundleHooks)
+CAPABILITY_EDGES: dict[tuple[str, str], str] = {}
 
 @dataclass(frozen=True)
 class Edge:
@@ -228,8 +228,8 @@ EDGES = all_edges(read_package())
 
 def test_graph_is_read() -> None:
     mods = read_package()
-    assert {"sm120kit.collect.snapshot", "sm120kit.diagnose.engine", "sm120kit.evidence.phases",
-            "sm120kit.facts.serve_args"} <= set(mods)
+    assert {"sm120kit.services.snapshot", "sm120kit.diagnose.engine", "sm120kit.evidence.phases",
+            "sm120kit.models.serve_args"} <= set(mods)
     assert not any(m.startswith("sm120kit.diag.") or m == "sm120kit.diag" for m in mods)
     assert len(EDGES) > 200  # every module's imports were seen
 
@@ -240,6 +240,32 @@ def test_no_cycle_across_packages() -> None:
 
 def test_no_upward_import() -> None:
     assert upward_imports(EDGES) == []
+
+
+def test_facts_import_no_torch() -> None:
+    """``facts`` are bounded readers: no torch / vllm / flashinfer import anywhere in them."""
+    heavy = ("torch", "vllm", "flashinfer")
+    found = []
+    for mod, (src, _pkg) in read_package().items():
+        if package_of(mod) != "facts":
+            continue
+        for node in ast.walk(ast.parse(src)):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            found += [f"{mod}:{node.lineno} imports {n}" for n in names
+                      if n.split(".")[0] in heavy]
+    assert found == []
+
+
+def test_architecture_doc_draws_these_layers() -> None:
+    """docs/architecture.md's layer table names the same packages per layer as this test."""
+    doc = (PKG_ROOT.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    rows = {}
+    for line in doc.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("|") and len(cells) >= 2 and cells[0].strip("` ") in dict(LAYERS):
+            rows[cells[0].strip("` ")] = {p.strip("` ") for p in cells[1].split(",")}
+    assert rows == {name: pkgs for name, pkgs in LAYERS}
 
 
 def test_capabilities_import_each_other_only_where_listed() -> None:

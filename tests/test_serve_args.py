@@ -1,4 +1,4 @@
-"""The one ``vllm serve`` model (``sm120kit.facts.serve_args``) against real vLLM and real lines.
+"""The one ``vllm serve`` model (``sm120kit.models.serve_args``) against real vLLM and real lines.
 
 * The option table against the real ``vllm/engine/arg_utils.py`` of 0.25.1 and 0.34.0 (PyPI
   wheels, cached): every flag and alias is declared there, on the ``EngineArgs`` field we name,
@@ -28,8 +28,8 @@ import pytest
 
 from sm120kit.doctor import run_doctor
 from sm120kit.errors import UserError
-from sm120kit.facts.dcp import plan_for
-from sm120kit.facts.serve_args import (
+from sm120kit.models.dcp import plan_for
+from sm120kit.models.serve_args import (
     BY_NAME,
     CHECKED_RELEASES,
     NEGATIONS,

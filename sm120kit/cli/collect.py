@@ -11,12 +11,13 @@ import click
 from rich.table import Table
 
 from sm120kit.cli import options
+from sm120kit.cli.compose import bundle_hooks
 from sm120kit.collect.attach import attach as do_attach
-from sm120kit.collect.progress import parse_patience
-from sm120kit.collect.snapshot import Options
-from sm120kit.collect.supervise import LaunchOptions, launch
 from sm120kit.errors import ExitCode, UserError
 from sm120kit.report import console, dump_json
+from sm120kit.services.progress import parse_patience
+from sm120kit.services.snapshot import Options
+from sm120kit.services.supervision import LaunchOptions, launch
 
 
 def _render_launch(res: Any, as_json: bool) -> None:
@@ -84,11 +85,12 @@ def _ray_options(ray_addr: str, classes: tuple[str, ...], no_local: bool, attach
 def _collect_ray(ropts: Any, out_dir: Path, deadline: float, sample_gap: float, stacks: str,
                  no_doctor: bool, no_redact: bool, host_map: Path | None, as_json: bool) -> int:
     from sm120kit.collect.ray_cluster import collect_ray
-    from sm120kit.collect.snapshot import Options
     from sm120kit.report import console, dump_json
+    from sm120kit.services.snapshot import Options
 
     opts = Options(deadline_s=deadline, sample_gap_s=sample_gap,
-                   stack_method="py-spy" if stacks == "auto" else stacks, doctor=not no_doctor)
+                   stack_method="py-spy" if stacks == "auto" else stacks, doctor=not no_doctor,
+                   hooks=bundle_hooks(doctor=not no_doctor))
     con = console(stderr=True)
     res = collect_ray(out_dir, ropts, deadline_s=deadline, redact=not no_redact,
                       host_map_file=host_map, options=opts,
@@ -204,7 +206,7 @@ def collect_cmd(
             pid = int(attach)
         opts = Options(deadline_s=deadline, sample_gap_s=sample_gap,
                        stack_method="py-spy" if stacks == "auto" else stacks,
-                       doctor=not no_doctor)
+                       doctor=not no_doctor, hooks=bundle_hooks(doctor=not no_doctor))
         tb, res, procs = do_attach(pid, out_dir, deadline_s=deadline, redact=not no_redact,
                                    host_map_file=host_map, options=opts)
         _render_attach(tb, res, procs, as_json)
@@ -224,6 +226,7 @@ def collect_cmd(
         diag_env=not no_diag_env, faulthandler=not no_diag_env, sample_gap_s=sample_gap,
         doctor=not no_doctor, stdout_to_stderr=as_json, progress=not no_progress,
         patience=parse_patience(patience), status_every_s=status_every,
+        hooks=bundle_hooks(doctor=not no_doctor),
     )
     if ray_opts is not None:
         from sm120kit.collect.ray_cluster import remote_gather

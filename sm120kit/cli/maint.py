@@ -11,8 +11,8 @@ import click
 from sm120kit.cli import options
 from sm120kit.cli.output import emit, json_errors, progress
 from sm120kit.errors import ExitCode, UserError
-from sm120kit.facts.series import load_series
 from sm120kit.gitrun import rev_parse, run_git
+from sm120kit.models.series import load_series
 from sm120kit.patchset.installed import revert_installed
 from sm120kit.patchset.markers import marker_files, read_revisions, variant_marker_states
 from sm120kit.patchset.rebase import rebase_variant, refresh_variant

@@ -9,7 +9,7 @@ import click
 from sm120kit.cli import options
 from sm120kit.cli.output import emit, json_errors, progress
 from sm120kit.errors import UserError
-from sm120kit.facts.series import load_series
+from sm120kit.models.series import load_series
 from sm120kit.patchset.apply import apply_fork, apply_to_checkout
 from sm120kit.patchset.embedded import apply_embedded
 from sm120kit.patchset.export import export_variant

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from sm120kit.cli import options
+from sm120kit.cli.compose import bundle_hooks
 from sm120kit.errors import UserError
 from sm120kit.report import console, dump_json, styled
 from sm120kit.validate.launch import LaunchSettings, validate_launch
@@ -85,7 +86,7 @@ def validate_cmd(url: str | None, reference_url: str | None, model: str | None, 
     progress = None if (as_json or as_markdown) else _progress()
     if argv:
         settings = LaunchSettings(out_dir=out_dir, ready_timeout=ready_timeout,
-                                  stall_timeout=stall_timeout)
+                                  stall_timeout=stall_timeout, hooks=bundle_hooks(doctor=False))
         res = validate_launch(argv, opts, settings, progress=progress)
     else:
         res = validate(opts, progress=progress)

@@ -9,9 +9,10 @@ from typing import Any
 import click
 
 from sm120kit.cli import options
+from sm120kit.cli.compose import bundle_hooks
 from sm120kit.errors import UserError
-from sm120kit.facts.dcp import plan_for
-from sm120kit.facts.serve_args import ServeArgs, parse_human_int, parse_serve_args
+from sm120kit.models.dcp import plan_for
+from sm120kit.models.serve_args import ServeArgs, parse_human_int, parse_serve_args
 from sm120kit.report import console, dump_json
 from sm120kit.warmup import runner
 from sm120kit.warmup.config import RunConfig, parse_inject_stall
@@ -214,10 +215,11 @@ def _run(cfg: RunConfig, as_json: bool) -> runner.RunResult | None:
         return runner.run_under_torchrun(cfg)
     if not as_json and sys.stderr.isatty():
         with LiveProgress(cfg.dcp) as live:
-            return runner.run_warmup(cfg, on_update=live.update, on_log=live.log)
+            return runner.run_warmup(cfg, on_update=live.update, on_log=live.log,
+                                     hooks=bundle_hooks())
     err = console(stderr=True)
 
     def log(rank: int, pid: int | None, text: str) -> None:
         err.print(f"(Warmup_DCP{rank} pid={pid}) {text}", markup=False)
 
-    return runner.run_warmup(cfg, on_log=log)
+    return runner.run_warmup(cfg, on_log=log, hooks=bundle_hooks())

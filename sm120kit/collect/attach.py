@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sm120kit.collect.snapshot import CollectContext, Options, Result, collect_procs
 from sm120kit.errors import UserError
 from sm120kit.evidence.procs import Proc, discover
+from sm120kit.services.snapshot import CollectContext, Options, Result, collect_procs
 
 
 def attach(

@@ -27,12 +27,16 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
-from sm120kit.collect.bundle_writer import Bundle, CollectorRecord, iso
-from sm120kit.collect.snapshot import (
+from sm120kit.errors import UserError
+from sm120kit.evidence.procs import Proc, describe, discover
+from sm120kit.evidence.redact import Redactor
+from sm120kit.services.bundles import Bundle, CollectorRecord, iso
+from sm120kit.services.snapshot import (
+    BundleHooks,
     CollectContext,
     Options,
     env_hints,
@@ -40,9 +44,6 @@ from sm120kit.collect.snapshot import (
     make_verdict,
     snapshot,
 )
-from sm120kit.errors import UserError
-from sm120kit.evidence.procs import Proc, describe, discover
-from sm120kit.evidence.redact import Redactor
 
 #: vLLM's Ray worker actor classes: ``RayWorkerProc`` (v1 ``ray_executor_v2.py``, vLLM 0.24+)
 #: and ``RayWorkerWrapper`` (v1 ``ray_utils.py``, the executor before V2, up to 0.32).
@@ -247,7 +248,7 @@ def node_snapshot(spec: dict[str, Any]) -> dict[str, Any]:
     import shutil
 
     t0 = time.monotonic()
-    opts = Options(**spec["options"])
+    opts = Options(**spec["options"], hooks=spec.get("hooks") or BundleHooks())
     opts.deadline_s = max(1.0, float(spec["deadline_s"]))
     ctx = CollectContext(mode="ray-node", reason=str(spec["reason"]), stall_kind=spec.get("stall_kind"))
     tmp = Path(tempfile.mkdtemp(prefix="sm120kit-ray-node-"))
@@ -350,7 +351,9 @@ def _spec(node: RayNode, workers: list[RayWorker], opts: Options, deadline_s: fl
     return {
         "node_id": node.node_id, "deadline_s": deadline_s, "redact": redact,
         "reason": ctx.reason, "stall_kind": ctx.stall_kind, "discover": discover_local,
-        "options": {k: v for k, v in asdict(opts).items() if k != "deadline_s"},
+        "options": {f.name: getattr(opts, f.name) for f in fields(opts)
+                    if f.name not in ("deadline_s", "hooks")},
+        "hooks": opts.hooks,  # module-level functions: pickled by reference
         "workers": [{"pid": w.pid, "label": w.label, "rank": w.rank, "class": w.class_name}
                     for w in workers if w.node_id == node.node_id and w.pid],
     }
@@ -559,18 +562,19 @@ def collect_ray(out_dir: Path, ropts: RayOptions, *, deadline_s: float, redact: 
         outcomes, workers = gather_into(bundle, ropts, opts, ctx, deadline=t0 + deadline_s,
                                         redact=redact, on_event=on_event)
     finally:
-        tb = finish(bundle, outcomes, ctx)
+        tb = finish(bundle, outcomes, ctx, opts.hooks)
     return RayCollectResult(bundle.root, tb, outcomes, workers,
                             list(bundle.meta.get("verdict") or []), round(time.monotonic() - t0, 3))
 
 
-def finish(bundle: Bundle, outcomes: list[NodeOutcome], ctx: CollectContext) -> Path:
+def finish(bundle: Bundle, outcomes: list[NodeOutcome], ctx: CollectContext,
+           hooks: BundleHooks) -> Path:
     """Summary with the verdict (the diagnose rules engine over the cluster bundle: the
     cross-node rules name the rank and node that stopped first), manifest, tarball."""
     bundle.write_json("timeline.json", {"mode": ctx.mode, "reason": ctx.reason,
                                         "stall_kind": ctx.stall_kind, "phases": [],
                                         "notes": ctx.notes})
-    verdict = make_verdict(ctx, bundle)
+    verdict = make_verdict(ctx, bundle, hooks)
     bundle.meta["verdict"] = verdict
     bundle.write_text("summary.md", render_cluster_summary(bundle, outcomes, verdict, ctx.notes))
     bundle.write_manifest()

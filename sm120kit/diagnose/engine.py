@@ -25,7 +25,7 @@ from sm120kit.evidence.kv import capacity as kv_capacity
 from sm120kit.evidence.logs.analyze import LogAnalysis
 from sm120kit.evidence.phases import PHASE_INDEX
 from sm120kit.evidence.stacks import blocking_call
-from sm120kit.facts.kvcache import load_config
+from sm120kit.facts.modelconfig import load_config
 
 
 @dataclass

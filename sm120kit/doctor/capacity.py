@@ -4,7 +4,7 @@ requested DCP, and the concurrency at ``--max-model-len``.
 
 It is an estimate, and says how it was made:
 
-* KV bytes per token: ``sm120kit.facts.kvcache`` (first principles from vLLM's KV specs; within
+* KV bytes per token: ``sm120kit.models.kv`` (first principles from vLLM's KV specs; within
   0.2 % of the published GLM-5.2 token counts for a given available memory);
 * weights per GPU: the local checkpoint's safetensors bytes (else a parameter-count estimate)
   divided by TP x PP (expert parallelism splits the experts over the same ranks);
@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from sm120kit.facts.kvcache import GIB, KvDensity, UnsupportedModel, density_from_config
 from sm120kit.facts.modelsize import WeightSize
+from sm120kit.models.kv import GIB, KvDensity, UnsupportedModel, density_from_config
 
 RESERVE_GIB = 5.45            # activations + graphs + non-torch, calibrated (module docstring)
 DCP_WORKSPACE_GIB = 1.28      # DCP workspaces at DCP 4 on the published run

@@ -1,8 +1,8 @@
 """The planned launch: ``vllm serve`` argv, a serve-options file, and the model's config.json.
 
-The launch line is read by :mod:`sm120kit.facts.serve_args` (the one ``vllm serve`` model; vLLM
+The launch line is read by :mod:`sm120kit.models.serve_args` (the one ``vllm serve`` model; vLLM
 is never imported). A model ``config.json`` is found next to a local model path, in the local
-Hugging Face cache (``sm120kit.facts.kvcache.find_model_config``), or given with ``--config``;
+Hugging Face cache (``sm120kit.facts.modelconfig.find_model_config``), or given with ``--config``;
 it is never downloaded.
 """
 
@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from sm120kit.errors import UserError
-from sm120kit.facts.kvcache import find_model_config
-from sm120kit.facts.serve_args import ServeArgs, merge_under, options_to_argv, parse_serve_args
+from sm120kit.facts.modelconfig import find_model_config
+from sm120kit.models.serve_args import ServeArgs, merge_under, options_to_argv, parse_serve_args
 
 
 @dataclass

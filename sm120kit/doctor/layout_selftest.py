@@ -1,6 +1,6 @@
 """fp8_ds_mla pack/unpack self-test (``doctor --layout``), run as a subprocess (torch, CPU).
 
-Packs synthetic KV rows with ``sm120kit.facts.fp8ds`` in both row layouts (656 B: 512 fp8 e4m3 +
+Packs synthetic KV rows with ``sm120kit.models.fp8ds`` in both row layouts (656 B: 512 fp8 e4m3 +
 4 fp32 scales + 64 bf16 rope; 528 B: no rope) and both scale formats, then checks the byte
 layout (scales at bytes 512..528 read back as the computed fp32 scales; pow2 scales are powers
 of two; rope bytes are the bf16 values) and the round trip (|x - unpack(pack(x))| within the
@@ -13,7 +13,7 @@ import json
 import sys
 from typing import Any
 
-from sm120kit.facts import fp8ds
+from sm120kit.models import fp8ds
 
 
 def run() -> dict[str, Any]:

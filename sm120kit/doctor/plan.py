@@ -10,7 +10,7 @@ from pathlib import Path
 from sm120kit.doctor.launch import LaunchPlan, build_plan
 from sm120kit.errors import UserError
 from sm120kit.evidence.kv import capacity, scan_lines
-from sm120kit.facts.kvcache import KvCapacity
+from sm120kit.models.kv import KvCapacity
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ with size caps; only regular files with clean relative names are visible:
   far and records a note.
 
 Directories are walked without following symlinks, with the same caps. Every skip is recorded in
-``notes`` so the report can say what was ignored. The names follow ``sm120kit/collect/bundle_writer.py``
+``notes`` so the report can say what was ignored. The names follow ``sm120kit/services/bundles.py``
 (``manifest.json``, ``logs/``, ``stacks/<pid>.json``, ``processes.json``, ``nvml.json``,
 ``ras/``, ``flight/``, ``doctor.json``, ``timeline.json``, ``nccl/``, ``vllm-watchdog/``).
 """

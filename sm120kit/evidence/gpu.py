@@ -1,6 +1,6 @@
 """GPU and host facts for a bundle: NVML snapshots (through ``sm120kit.facts.nvml``) and cheap
 host facts. Each function never raises and is bounded in time. (The doctor tiers 0-1 a bundle
-also holds are run by ``sm120kit.collect.snapshot``.)"""
+also holds are run by ``sm120kit.services.snapshot``.)"""
 
 from __future__ import annotations
 

@@ -9,7 +9,8 @@ from typing import Any
 
 from sm120kit.errors import UserError
 from sm120kit.evidence.logs.versions import VersionScan
-from sm120kit.facts.kvcache import (
+from sm120kit.facts.modelconfig import find_model_config, load_config
+from sm120kit.models.kv import (
     KvCapacity,
     KvDensity,
     KvLines,
@@ -17,10 +18,8 @@ from sm120kit.facts.kvcache import (
     capacity_from_lines,
     density_from_config,
     feed_kv_line,
-    find_model_config,
-    load_config,
 )
-from sm120kit.facts.serve_args import parse_serve_args
+from sm120kit.models.serve_args import parse_serve_args
 
 
 def density_for(cfg: dict[str, Any] | None, kv_dtype: str | None, block: int | None,

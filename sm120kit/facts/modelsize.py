@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sm120kit.facts.kvcache import indexer_layer_ids, text_config
+from sm120kit.models.kv import indexer_layer_ids, text_config
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 Reads the pinned FlashInfer / torch from ``METADATA``, whether the SM120 sparse-MLA backend file
 exists, its impl's class attributes (``can_return_lse_for_decode``, ``supports_dcp``), whether
 it passes ``return_lse=`` to FlashInfer, which of our patch series' applied markers are present
-(``patches/manifest.json`` through ``sm120kit.facts.series.load_series``), and whether the
+(``patches/manifest.json`` through ``sm120kit.models.series.load_series``), and whether the
 DSV4 backend is registered.
 """
 
@@ -16,8 +16,8 @@ from typing import Any
 
 from sm120kit.errors import UserError
 from sm120kit.facts.packages import exact_pin, get_dist, package_dir, pin_of
-from sm120kit.facts.series import load_series
 from sm120kit.facts.source import class_attributes, read_text
+from sm120kit.models.series import load_series
 
 SM120_FILE = "vllm/v1/attention/backends/mla/flashinfer_mla_sparse_sm120.py"
 SM120_IMPL = "FlashInferMLASparseSM120Impl"

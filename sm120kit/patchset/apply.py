@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from sm120kit.errors import ExitCode, UserError
-from sm120kit.facts.series import Series, Target, Variant
 from sm120kit.gitrun import resolve_many, run_git, tree_modes
+from sm120kit.models.series import Series, Target, Variant
 from sm120kit.patchset import gitengine as ge
 from sm120kit.patchset.markers import (
     MarkerState,

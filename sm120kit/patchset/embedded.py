@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from sm120kit.errors import UserError
-from sm120kit.facts.series import Series, Target, Variant
 from sm120kit.gitrun import rev_parse, run_git
+from sm120kit.models.series import Series, Target, Variant
 from sm120kit.patchset.apply import ApplyResult, PatchOutcome, apply_to_checkout
 from sm120kit.patchset.markers import all_in, marker_files, read_worktree, variant_marker_states
 from sm120kit.patchset.release import fetch_wheel, find_cached_wheel, release_repo

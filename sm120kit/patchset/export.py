@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from sm120kit.errors import ExitCode, UserError
-from sm120kit.facts.series import Series
+from sm120kit.models.series import Series
 from sm120kit.patchset.render import new_table
 from sm120kit.patchset.targets import select
 from sm120kit.report import to_jsonable

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sm120kit.errors import ExitCode
-from sm120kit.facts.series import Series
+from sm120kit.models.series import Series
 from sm120kit.patchset.render import new_table
 from sm120kit.patchset.targets import TargetRow, target_rows
 from sm120kit.report import to_jsonable

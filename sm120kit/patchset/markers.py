@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from sm120kit.facts.series import Marker, Patch, Variant
 from sm120kit.gitrun import read_blobs
+from sm120kit.models.series import Marker, Patch, Variant
 
 # file contents by path (None: the file does not exist)
 Contents = dict[str, str | None]

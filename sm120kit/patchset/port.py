@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from sm120kit.errors import ExitCode, UserError
-from sm120kit.facts.series import Series, Target, Variant, load_series
 from sm120kit.gitrun import AM_CONFIG, read_blobs, rev_parse, run_git, run_git_bytes, tree_modes
+from sm120kit.models.series import Series, Target, Variant, load_series
 from sm120kit.patchset.defmerge import MergeOutcome, fork_only_missing, merge_file
 from sm120kit.patchset.release import find_cached_wheel, release_tree
 from sm120kit.paths import cache_dir

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from sm120kit.errors import ExitCode, UserError
-from sm120kit.facts.series import MANIFEST_NAME, Series, Variant, load_series
 from sm120kit.gitrun import read_blobs, rev_parse, run_git
+from sm120kit.models.series import MANIFEST_NAME, Series, Variant, load_series
 from sm120kit.patchset.port import PortResult, fetch_branch, fork_clone, port_series, resolve_base
 from sm120kit.patchset.release import release_repo
 from sm120kit.patchset.targets import checkout_root

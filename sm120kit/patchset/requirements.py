@@ -16,7 +16,7 @@ from typing import Literal
 
 from sm120kit.facts import flashinfer as fif
 from sm120kit.facts.packages import get_dist
-from sm120kit.facts.series import Target
+from sm120kit.models.series import Target
 
 ReqStatus = Literal["met", "unmet", "unchecked"]
 VERSION_CHECK_ENV = fif.VERSION_CHECK_ENV

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from sm120kit.errors import ExitCode
-from sm120kit.facts.series import Series
 from sm120kit.gitrun import rev_parse, run_git
+from sm120kit.models.series import Series
 from sm120kit.patchset.markers import (
     marker_files,
     read_revisions,

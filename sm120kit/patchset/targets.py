@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sm120kit.errors import UserError
-from sm120kit.facts.series import Series, Target, Variant
 from sm120kit.gitrun import read_blobs, run_git
+from sm120kit.models.series import Series, Target, Variant
 
 DEFAULT_BRANCH_PREFIX = "sm120kit/dcp-"
 _VERSION_RE = re.compile(r"""^__version__\s*=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""", re.M)

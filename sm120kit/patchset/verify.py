@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from sm120kit.errors import ExitCode, UserError
-from sm120kit.facts.series import Series
 from sm120kit.gitrun import read_blobs, rev_parse
+from sm120kit.models.series import Series
 from sm120kit.patchset.markers import marker_files, read_worktree, variant_marker_states
 from sm120kit.patchset.render import new_table
 from sm120kit.patchset.targets import fetch_hint, select

@@ -1,6 +1,6 @@
 """KV-capacity figures shown beside the verdict.
 
-From a launch log through the shared reader (``sm120kit.facts.kvcache``: vLLM's ``Available KV
+From a launch log through the shared reader (``sm120kit.models.kv``: vLLM's ``Available KV
 cache memory`` / ``GPU KV cache size`` / ``Maximum concurrency`` lines in the one-line 0.28+ and
 the older two-line forms), else from ``vllm:cache_config_info`` (``block_size``,
 ``num_gpu_blocks``) in Prometheus ``/metrics``.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from sm120kit.facts.kvcache import read_kv_lines
+from sm120kit.models.kv import read_kv_lines
 from sm120kit.validate.model import KvCapacity
 
 _INFO = re.compile(r"^vllm:cache_config_info\{([^}]*)\}", re.M)

@@ -13,13 +13,14 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from sm120kit.collect.supervise import LaunchOptions, LaunchResult, LaunchSupervisor
 from sm120kit.errors import UserError
-from sm120kit.facts.serve_args import parse_serve_args
+from sm120kit.models.serve_args import parse_serve_args
+from sm120kit.services.snapshot import BundleHooks
+from sm120kit.services.supervision import LaunchOptions, LaunchResult, LaunchSupervisor
 from sm120kit.validate.client import ServerClient
 from sm120kit.validate.kv import kv_capacity
 from sm120kit.validate.model import NoiseFloor, ServerFacts, ValidateResult
@@ -45,6 +46,8 @@ class LaunchSettings:
     out_dir: Path
     ready_timeout: float = 1800.0  # cold JIT + weight load of a large checkpoint: ~20 min seen
     stall_timeout: float = 300.0
+    #: doctor's report and the bundle verdict, composed by the CLI
+    hooks: BundleHooks = field(default_factory=BundleHooks)
 
 
 def serve_url(argv: list[str]) -> str:
@@ -103,7 +106,7 @@ def launched(argv: list[str], settings: LaunchSettings, label: str,
     """Run ``argv`` under collect's supervisor until the block ends; its URL and supervisor."""
     url = serve_url(argv)
     opts = LaunchOptions(out_dir=settings.out_dir, stall_timeout=settings.stall_timeout,
-                         echo=False, doctor=False)
+                         echo=False, doctor=False, hooks=settings.hooks)
     sup = LaunchSupervisor(list(argv), opts, on_event=lambda m: say(f"{label}: {m}"))
     box: dict[str, LaunchResult] = {}
     thread = threading.Thread(target=lambda: box.setdefault("r", sup.run()), daemon=True,

@@ -9,8 +9,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from sm120kit.errors import UserError
-from sm120kit.facts import dcp as P
-from sm120kit.facts.serve_args import ServeArgs
+from sm120kit.models import dcp as P
+from sm120kit.models.serve_args import ServeArgs
 
 PHASES: tuple[str, ...] = ("init", "kv-build", "convert", "attend", "merge")
 #: the collective each phase runs (what ``--inject-stall RANK:PHASE`` stops a rank in front of)

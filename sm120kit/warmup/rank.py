@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sm120kit.facts.fp8ds import unpack_fp8_ds_mla
+from sm120kit.models.fp8ds import unpack_fp8_ds_mla
 from sm120kit.warmup import workload as W
 from sm120kit.warmup.collectives import MERGE_FUNCS, all_gather_cat, all_reduce_sum, query_gather
 from sm120kit.warmup.config import RunConfig

@@ -19,7 +19,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from sm120kit.facts.fp8ds import unpack_fp8_ds_mla
+from sm120kit.models.fp8ds import unpack_fp8_ds_mla
 
 if TYPE_CHECKING:
     import torch

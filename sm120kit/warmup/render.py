@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from sm120kit.facts.dcp import WarmupPlan
+from sm120kit.models.dcp import WarmupPlan
 from sm120kit.report import styled
 from sm120kit.warmup.runner import RankState, RunResult
 

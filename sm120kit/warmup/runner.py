@@ -10,7 +10,7 @@ writes progress lines to one pipe the supervisor reads. The watchdog:
   stopped outside one (the suspect);
 * a rank error or a rank exiting without a result stops the run at once.
 
-On a stall, with ``bundle_dir`` set and :func:`sm120kit.collect.snapshot.collect_processes`
+On a stall, with ``bundle_dir`` set and :func:`sm120kit.services.snapshot.collect_processes`
 available, the ranks are snapshotted before they are killed. Every exit path (success, failure,
 stall, Ctrl-C, an exception here) kills the launcher's process group and checks that no rank pid
 survives.
@@ -38,8 +38,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sm120kit.collect.snapshot import CollectContext, collect_processes
 from sm120kit.errors import UserError
+from sm120kit.services.snapshot import BundleHooks, CollectContext, Options, collect_processes
 from sm120kit.warmup.config import RunConfig
 from sm120kit.warmup.fi_backend import check_flashinfer_backend
 from sm120kit.warmup.launcher import TORCH_MISSING_EXIT, TORCH_MISSING_TAG
@@ -172,8 +172,10 @@ class WarmupSupervisor:
         *,
         on_update: Callback | None = None,
         on_log: LogCallback | None = None,
+        hooks: BundleHooks | None = None,
     ) -> None:
         self.cfg = cfg
+        self.hooks = hooks or BundleHooks()  # a stall bundle's doctor report and verdict
         self.on_update = on_update
         self.on_log = on_log
         self.states = [RankState(r) for r in range(cfg.dcp)]
@@ -364,6 +366,7 @@ class WarmupSupervisor:
                 reason=reason,
                 deadline_s=self.cfg.bundle_deadline,
                 labels=labels,
+                options=Options(hooks=self.hooks),
                 context=CollectContext(mode="processes", reason=reason, stall_kind="silence",
                                        stall=stall),
             )
@@ -533,12 +536,13 @@ def run_warmup(
     *,
     on_update: Callback | None = None,
     on_log: LogCallback | None = None,
+    hooks: BundleHooks | None = None,
 ) -> RunResult:
     """Run the multi-rank warmup and return the result (never leaves a process behind)."""
     cfg.validate()
     _require_torch()
     _check_devices(cfg)
-    sup = WarmupSupervisor(cfg, on_update=on_update, on_log=on_log)
+    sup = WarmupSupervisor(cfg, on_update=on_update, on_log=on_log, hooks=hooks)
     t0 = time.monotonic()
     try:
         kind, payload = sup.run()

@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sm120kit.facts import dcp as P
-from sm120kit.facts.fp8ds import pack_fp8_ds_mla, unpack_fp8_ds_mla
+from sm120kit.models import dcp as P
+from sm120kit.models.fp8ds import pack_fp8_ds_mla, unpack_fp8_ds_mla
 from sm120kit.warmup.config import RunConfig
 
 if TYPE_CHECKING:

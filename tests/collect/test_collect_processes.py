@@ -10,7 +10,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from sm120kit.collect.snapshot import collect_processes
+from sm120kit.cli.compose import bundle_hooks
+from sm120kit.services.snapshot import Options, collect_processes
 
 from .helpers import read_tarball
 
@@ -21,8 +22,9 @@ def test_collect_processes_gloo_stall(gloo_stall, tmp_path: Path) -> None:
     pids = sorted(r.pid for r in ranks)
     labels = {pid: f"rank{i}" for i, pid in enumerate(pids)}
     t0 = time.monotonic()
+    # the verdict is composed as the CLI composes it (collect writes, diagnose judges)
     tb = collect_processes(pids, tmp_path / "out", reason="test stall", deadline_s=40,
-                           labels=labels)
+                           labels=labels, options=Options(hooks=bundle_hooks()))
     took = time.monotonic() - t0
     assert took < 40 + 10
     assert tb.name.startswith("sm120kit-bundle-") and tb.name.endswith(".tar.gz")

@@ -17,14 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from sm120kit.collect.bundle_writer import Bundle, CollectorRecord
-from sm120kit.collect.supervise import (
+from sm120kit.evidence import flight, ras, stacks
+from sm120kit.services.bundles import Bundle, CollectorRecord
+from sm120kit.services.supervision import (
     diagnostic_env,
     is_vllm_serve,
     source_of,
     vllm_supports_watchdog,
 )
-from sm120kit.evidence import flight, ras, stacks
 from tests.support import releases
 
 
@@ -232,7 +232,7 @@ def test_ras_client_protocol() -> None:
 
 
 def test_ras_collector_writes_two_snapshots(tmp_path: Path) -> None:
-    from sm120kit.collect.snapshot import CollectContext, Options, collect_procs
+    from sm120kit.services.snapshot import CollectContext, Options, collect_procs
 
     srv = _RasServer()
     try:

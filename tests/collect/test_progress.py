@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from sm120kit.collect.progress import ProgressSampler, parse_patience
 from sm120kit.errors import UserError
+from sm120kit.services.progress import ProgressSampler, parse_patience
 
 from .helpers import only_bundle, read_tarball, run_collect
 

@@ -63,7 +63,7 @@ def test_other_commands_work_without_ray(tmp_path: Path) -> None:
     log.write_text("INFO 12-02 10:00:00 [core.py:1] hello\n")
     assert _cli_without_ray("collect", "--help").returncode == 0
     assert _cli_without_ray("diagnose", str(log)).returncode in (0, 1, 2)
-    code = ("import sys; import sm120kit.cli.collect, sm120kit.collect.supervise, "
+    code = ("import sys; import sm120kit.cli.collect, sm120kit.services.supervision, "
             "sm120kit.diagnose.engine, sm120kit.collect.ray_cluster; "
             "print('ray' in sys.modules)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from sm120kit.collect.bundle_writer import Bundle
 from sm120kit.diagnose.engine import diagnose
 from sm120kit.errors import UserError
 from sm120kit.evidence import bundle_reader as bundle_read
+from sm120kit.services.bundles import Bundle
 
 from . import lines as L
 

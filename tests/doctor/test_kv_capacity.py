@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from sm120kit.facts import kvcache as kc
+from sm120kit.models import kv as kc
 from sm120kit.patchset.release import release_tree
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "kv"

@@ -14,7 +14,7 @@ from sm120kit.doctor import run_doctor
 from sm120kit.doctor.launch import build_plan, load_config_file
 from sm120kit.errors import UserError
 from sm120kit.facts.nvml_seam import RecordedSeam
-from sm120kit.facts.serve_args import parse_serve_args
+from sm120kit.models.serve_args import parse_serve_args
 
 
 def _run(tmp_path: Path, argv: list[str] | None, only: list[str], paths: list[Path] | None = None,

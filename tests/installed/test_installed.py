@@ -19,7 +19,7 @@ import pytest
 
 from sm120kit.cli import run
 from sm120kit.errors import UserError
-from sm120kit.facts.series import load_series
+from sm120kit.models.series import load_series
 from sm120kit.patchset import installed
 from tests.support.venvs import Env, hash_tree, pristine
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from sm120kit.facts.series import Series, Variant, load_series
+from sm120kit.models.series import Series, Variant, load_series
 from tests.support import releases
 from tests.support.gitrepo import SERIES_IDENTITY, git_proc
 from tests.support.paths import SM, WS, WU  # noqa: F401  (the series tests import them from here)

@@ -14,7 +14,7 @@ import re
 
 import pytest
 
-from sm120kit.facts.series import Series
+from sm120kit.models.series import Series
 from tests.support import releases
 
 from .astutil import find_class, find_func, kw, one_call, src

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from pyflakes import checker
 
-from sm120kit.facts.series import Series
+from sm120kit.models.series import Series
 from tests.support.paths import ROOT
 
 from .conftest import Applied, get_applied, git

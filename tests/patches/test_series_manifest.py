@@ -13,7 +13,7 @@ import pytest
 from unidiff import PatchSet
 
 from sm120kit.errors import UserError
-from sm120kit.facts.series import Series, load_series
+from sm120kit.models.series import Series, load_series
 from tests.support.paths import ROOT
 
 from .conftest import RELEASES

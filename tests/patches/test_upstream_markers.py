@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from sm120kit.cli import run
-from sm120kit.facts.astmarkers import holds
-from sm120kit.facts.series import load_series
+from sm120kit.models.astmarkers import holds
+from sm120kit.models.series import load_series
 from sm120kit.patchset.markers import read_worktree, variant_marker_states
 from sm120kit.patchset.release import release_repo
 

@@ -1,7 +1,7 @@
 """The DCP-aware warmup decode prompt (patch 6) in ``vllm/v1/worker/gpu/warmup.py``.
 
 ``dcp_decode_prompt_len`` is extracted from each patched file and run; its results are compared
-with the toolkit planner's ``sm120kit.facts.dcp.warmup_decode_prompt_len`` (the one place the
+with the toolkit planner's ``sm120kit.models.dcp.warmup_decode_prompt_len`` (the one place the
 formula ``L = N*B clamped, 2 when N == 1`` is written down) and with the DCP ownership math.
 ``_runner_dcp_decode_prompt_len`` and the warmup's block counting (the patch's
 ``_dcp_warmup_block_counter`` on 0.30-0.33, upstream's DCP-aware counter on 0.34) are run against
@@ -18,7 +18,7 @@ from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
-from sm120kit.facts.dcp import cdiv, local_len, warmup_decode_prompt_len
+from sm120kit.models.dcp import cdiv, local_len, warmup_decode_prompt_len
 
 from .astutil import assignments_to, find_func, has_func, names_used, src
 from .conftest import WU, Applied

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from sm120kit.cli import run
-from sm120kit.facts.series import load_series
+from sm120kit.models.series import load_series
 from sm120kit.paths import project_root
 from tests.support.gitrepo import git, state_fingerprint
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from sm120kit.cli import run
-from sm120kit.facts.series import load_series
+from sm120kit.models.series import load_series
 from sm120kit.patchset.defmerge import MergeOutcome, check_result, cut, line_merge, merge_file
 from sm120kit.patchset.port import port_series, series_steps
 from sm120kit.patchset.release import release_tree

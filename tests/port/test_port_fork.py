@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from sm120kit.cli import run
-from sm120kit.facts.series import load_series
+from sm120kit.models.series import load_series
 from sm120kit.patchset.port import port_series
 from sm120kit.patchset.release import release_tree
 from sm120kit.patchset.snapshot import snapshot_repo_state

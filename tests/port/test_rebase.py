@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from sm120kit.cli import run
-from sm120kit.facts.series import load_series
+from sm120kit.models.series import load_series
 from sm120kit.patchset.release import release_repo
 from sm120kit.patchset.snapshot import snapshot_repo_state
 from sm120kit.paths import patches_dir

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from sm120kit.facts.dcp import warmup_decode_prompt_len
+from sm120kit.models.dcp import warmup_decode_prompt_len
 
 # release trees (PyPI wheels); each case runs a patched vLLM warmup in subprocesses (75-90 s)
 pytestmark = [pytest.mark.network, pytest.mark.slow]

@@ -50,7 +50,7 @@ def cache_root() -> Path:
 
 
 def variant_for(release: str) -> Any:
-    from sm120kit.facts.series import load_series
+    from sm120kit.models.series import load_series
 
     series = load_series()
     alias = series.alias_for_release(release)

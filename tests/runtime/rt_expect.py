@@ -40,7 +40,7 @@ def owned_global_rows(inp: dict[str, Any], dcp: int, interleave: int, rank: int 
 def expected(inp: dict[str, Any], dcp: int, interleave: int, rank: int | None, *, scale: float,
              base: str = "2") -> tuple[Any, Any]:
     """Reference ``(out fp32 [T, H, 512], lse fp32 [T, H])`` over the dequantized global KV."""
-    from sm120kit.facts.fp8ds import unpack_fp8_ds_mla
+    from sm120kit.models.fp8ds import unpack_fp8_ds_mla
     from sm120kit.warmup.reference import sparse_mla_decode
 
     nope, rope = unpack_fp8_ds_mla(inp["rows"])

@@ -5,7 +5,7 @@ The worker (``rtworker.warmup_case``) calls the release's function with a minima
 stand-ins) and recording ``execute_model``/``sample_tokens`` callbacks, for DCP in {1, 2, 4, 8}
 x block size {64, 128} and three clamped configurations. Here we check what it scheduled:
 
-* the synthetic decode request's prompt has ``sm120kit.facts.dcp.warmup_decode_prompt_len``
+* the synthetic decode request's prompt has ``sm120kit.models.dcp.warmup_decode_prompt_len``
   tokens (and, unclamped, every DCP rank then holds exactly one full local block);
 * its block allocations are consistent: ids unique, from 1 up, inside the pool, one block id per
   ``dcp * block_size`` tokens, enough blocks for every rank's local tokens, the mixed step adds
@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from sm120kit.facts.dcp import local_len, plan_prompt, warmup_decode_prompt_len
+from sm120kit.models.dcp import local_len, plan_prompt, warmup_decode_prompt_len
 from tests.runtime.rt_expect import RELEASES, release_key
 
 DECODE_ID = "_v2_mixed_warmup_decode_"

@@ -13,7 +13,7 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-from sm120kit.facts.series import load_series
+from sm120kit.models.series import load_series
 from sm120kit.patchset.release import release_tree
 from tests.support import gitrepo
 from tests.support.paths import SM, WS, WU

@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from sm120kit.facts.series import load_series
+from sm120kit.models.series import load_series
 from sm120kit.patchset.installed import DEFAULT_STATE_SUBDIR, parse_record
 from sm120kit.patchset.release import fetch_wheel, release_tree
 from tests.support.gitrepo import hash_tree

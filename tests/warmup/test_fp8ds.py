@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch  # tests/requirements.txt installs it: a missing torch fails, it does not skip
 
-from sm120kit.facts import fp8ds
+from sm120kit.models import fp8ds
 
 
 def test_row_bytes() -> None:

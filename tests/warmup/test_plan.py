@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sm120kit.errors import UserError
-from sm120kit.facts import dcp as P
-from sm120kit.facts.serve_args import parse_human_int, parse_serve_args
+from sm120kit.models import dcp as P
+from sm120kit.models.serve_args import parse_human_int, parse_serve_args
 from tests.support.paths import PATCHES
 
 
@@ -219,13 +219,13 @@ def test_patch_series_warmup_hunk_uses_the_same_formula() -> None:
 
 
 def test_planner_and_supervisor_never_import_torch() -> None:
-    """facts.dcp/facts.serve_args/warmup.config are pure; a CPU reference run keeps torch out of the supervisor."""
+    """models.dcp/models.serve_args/warmup.config are pure; a CPU reference run keeps torch out of the supervisor."""
     import subprocess
     import sys
 
     code = (
         "import sys\n"
-        "import sm120kit.facts.dcp, sm120kit.facts.serve_args, sm120kit.warmup.config\n"
+        "import sm120kit.models.dcp, sm120kit.models.serve_args, sm120kit.warmup.config\n"
         "import sm120kit.cli.warmup\n"
         "assert 'torch' not in sys.modules, 'planner imported torch'\n"
         "from sm120kit.warmup.config import RunConfig\n"

@@ -11,8 +11,8 @@ import zipfile
 import pytest
 import torch  # tests/requirements.txt installs it: a missing torch fails, it does not skip
 
-from sm120kit.facts import dcp as P
-from sm120kit.facts.fp8ds import pack_fp8_ds_mla, unpack_fp8_ds_mla
+from sm120kit.models import dcp as P
+from sm120kit.models.fp8ds import pack_fp8_ds_mla, unpack_fp8_ds_mla
 from sm120kit.warmup import reference as R
 from tests.support import releases
 

@@ -366,12 +366,14 @@ def test_stall_bundle_without_py_spy_names_the_stalled_rank(
     """Issue 12: a stall bundle collected with no stacks (py-spy missing) is never an
     all-clear; diagnose (and the bundle's own verdict) name the stalled rank and its phase from
     the stall record. py-spy is made unavailable by hiding it from the collector."""
+    from sm120kit.cli.compose import bundle_hooks
     from sm120kit.diagnose.engine import diagnose
     from sm120kit.evidence import stacks
 
     monkeypatch.setattr(stacks, "py_spy_path", lambda: None)
     res = run_warmup(RunConfig(dcp=2, inject_stall=(1, "convert"), stall_timeout=2,
-                               bundle_dir=str(tmp_path), bundle_deadline=15))
+                               bundle_dir=str(tmp_path), bundle_deadline=15),
+                      hooks=bundle_hooks())  # composed as the CLI composes it
     assert res.status == "stall" and res.bundle is not None
     d = diagnose([res.bundle])
     assert d.exit_code == 1

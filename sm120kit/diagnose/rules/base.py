@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from sm120kit.evidence.logs.analyze import Evidence, LogAnalysis, Proc
-from sm120kit.facts.kvcache import KvCapacity
+from sm120kit.models.kv import KvCapacity
 
 CATEGORIES: tuple[str, ...] = (
     "rank-crashed", "collective-desync", "p2p-transport", "shared-memory", "library-version",

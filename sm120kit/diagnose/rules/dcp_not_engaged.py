@@ -1,5 +1,5 @@
 """DCP asked for, not engaged: the KV density vLLM reports (``GPU KV cache size`` / ``Available
-KV cache memory``) equals the model's DCP-1 density (``sm120kit.facts.kvcache``), so the server
+KV cache memory``) equals the model's DCP-1 density (``sm120kit.models.kv``), so the server
 runs with 1/DCP of the context it was planned for and no error says so."""
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ from sm120kit.doctor.context import DoctorContext
 from sm120kit.doctor.model import Outcome, fail, ok, skip, warn
 from sm120kit.doctor.plan import model_dir_of
 from sm120kit.doctor.registry import check
-from sm120kit.facts.kvcache import GIB
 from sm120kit.facts.modelsize import weight_size
+from sm120kit.models.kv import GIB
 
 
 def gpu_total(ctx: DoctorContext) -> tuple[int, str]:

@@ -11,10 +11,10 @@ from typing import Any
 from sm120kit.doctor.context import DoctorContext
 from sm120kit.doctor.model import Outcome, fail, ok, skip, warn
 from sm120kit.doctor.registry import check
-from sm120kit.facts.dcp import plan_for
-from sm120kit.facts.fp8ds import row_bytes
 from sm120kit.facts.packages import version_ge
-from sm120kit.facts.serve_args import ServeArgs
+from sm120kit.models.dcp import plan_for
+from sm120kit.models.fp8ds import row_bytes
+from sm120kit.models.serve_args import ServeArgs
 
 SM120 = "FLASHINFER_MLA_SPARSE_SM120"
 DSV4 = "FLASHINFER_MLA_SPARSE_DSV4"

@@ -42,7 +42,7 @@ from sm120kit.evidence.phases import (
     stall_signal,
     strip_ansi,
 )
-from sm120kit.facts.kvcache import KvLines, feed_kv_line
+from sm120kit.models.kv import KvLines, feed_kv_line
 
 MAX_RECORDS = 2000
 MAX_SIGNAL_EVIDENCE = 5
@@ -221,7 +221,7 @@ class LogAnalysis:
         self._tmpl: dict[tuple[str, str], tuple[int, str | None]] = {}
         self._sig_total = 0
         self.fast_lines = 0  # lines of learned boring call sites (parsers skipped)
-        self.kv = KvLines()  # vLLM's KV cache lines (sm120kit.facts.kvcache)
+        self.kv = KvLines()  # vLLM's KV cache lines (sm120kit.models.kv)
         self.nccl_diag = NcclDiag()  # NCCL >= 2.31 'NCCL DIAG' report
         # what people describe: topology tables, GPU state, the symptom in words
         self.described = DescribedScan()

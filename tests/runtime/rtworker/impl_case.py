@@ -3,7 +3,7 @@
 
 Inputs (seeded, identical in every process): 3 requests with global sequence lengths
 ``SEQ_LENS``; their KV rows are random latents/ropes packed into real 656-byte ``fp8_ds_mla`` rows
-(``sm120kit.facts.fp8ds``, power-of-two scales since the impl picks ``pow2_fp32`` for a
+(``sm120kit.models.fp8ds``, power-of-two scales since the impl picks ``pow2_fp32`` for a
 non-GLM model); each rank's paged cache holds exactly the tokens it owns
 (``owner(t) = (t // I) % N``) at ``block_table[req, local // B] * B + local % B`` with shuffled
 physical block ids, every other row filled with other random packed rows. The top-k rows hold
@@ -62,7 +62,7 @@ def local_index(t: int, n: int, i: int) -> int:
 def make_inputs(sc: Scenario, seed: int = 1234) -> dict[str, Any]:
     import torch
 
-    from sm120kit.facts.fp8ds import pack_fp8_ds_mla
+    from sm120kit.models.fp8ds import pack_fp8_ds_mla
 
     g = torch.Generator().manual_seed(seed)
     total = sum(SEQ_LENS)

@@ -60,7 +60,7 @@ from pathlib import Path
 from typing import Any
 
 from sm120kit.errors import UserError
-from sm120kit.facts.astmarkers import holds as ast_holds
+from sm120kit.models.astmarkers import holds as ast_holds
 from sm120kit.paths import patches_dir
 
 MANIFEST_NAME = "manifest.json"

@@ -35,22 +35,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from sm120kit.collect.bundle_writer import LOG_CAP, Bundle
-from sm120kit.collect.progress import (
-    LONG_PHASES,
-    PROGRESS,
-    ProgressSampler,
-    cache_dirs,
-    nvml_used_reader,
-)
-from sm120kit.collect.snapshot import (
-    CollectContext,
-    Options,
-    Result,
-    finalize,
-    snapshot,
-    write_processes,
-)
 from sm120kit.errors import UserError
 from sm120kit.evidence import flight
 from sm120kit.evidence.kv import capacity_from_launch
@@ -58,7 +42,24 @@ from sm120kit.evidence.phases import PhaseTracker, stall_signal
 from sm120kit.evidence.procs import Proc, alive, describe, stop_tree, tree
 from sm120kit.evidence.redact import Redactor
 from sm120kit.evidence.stacks import faulthandler_site_dir, py_spy_dump, signature
-from sm120kit.facts.serve_args import ServeArgs, parse_serve_args
+from sm120kit.models.serve_args import ServeArgs, parse_serve_args
+from sm120kit.services.bundles import LOG_CAP, Bundle
+from sm120kit.services.progress import (
+    LONG_PHASES,
+    PROGRESS,
+    ProgressSampler,
+    cache_dirs,
+    nvml_used_reader,
+)
+from sm120kit.services.snapshot import (
+    BundleHooks,
+    CollectContext,
+    Options,
+    Result,
+    finalize,
+    snapshot,
+    write_processes,
+)
 
 READY_PHASES = ("api-server-ready",)
 _READY_RX = re.compile(r"Application startup complete")
@@ -99,6 +100,8 @@ class LaunchOptions:
     poll_s: float = 0.2
     log_tail_lines: int = 200
     doctor: bool = True
+    #: doctor's report and the verdict, composed by the CLI (services import no capability)
+    hooks: BundleHooks = field(default_factory=BundleHooks)
     progress: bool = True              # sample the tree (births, compilers, IO, caches, GPU)
     progress_interval_s: float = 1.0
     patience: dict[str, float] = field(default_factory=dict)  # overrides of LONG_PHASES
@@ -194,7 +197,7 @@ def vllm_supports_watchdog(argv0: str) -> tuple[bool | None, str]:
 
 
 def serve_args_of(argv: list[str]) -> ServeArgs:
-    """The launch line as :mod:`sm120kit.facts.serve_args` reads it; a value vLLM would reject
+    """The launch line as :mod:`sm120kit.models.serve_args` reads it; a value vLLM would reject
     leaves the defaults with a note (collect never refuses to run a launch)."""
     try:
         return parse_serve_args(argv)
@@ -672,7 +675,8 @@ class LaunchSupervisor:
     def _options(self) -> Options:
         return Options(deadline_s=self.opts.deadline_s, sample_gap_s=self.opts.sample_gap_s,
                        stack_method=self.opts.stacks, ras_addr=self.env.get("NCCL_RAS_ADDR"),
-                       log_tail_lines=self.opts.log_tail_lines, doctor=self.opts.doctor)
+                       log_tail_lines=self.opts.log_tail_lines, doctor=self.opts.doctor,
+                       hooks=self.opts.hooks)
 
     def _bundle(self, reason: str, kind: str, *, live: bool = True) -> tuple[Path, Result | None]:
         t_detect = time.monotonic()

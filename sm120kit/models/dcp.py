@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from sm120kit.facts.serve_args import ServeArgs
+from sm120kit.models.serve_args import ServeArgs
 
 #: upstream ``run_mixed_prefill_decode_warmup``'s ``decode_prompt_len`` (every release 0.24-0.34)
 UPSTREAM_DECODE_PROMPT_LEN = 2

@@ -21,16 +21,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sm120kit.collect.bundle_writer import Bundle, CollectorRecord, iso
-from sm120kit.diagnose.engine import diagnose
-from sm120kit.doctor import run_doctor
 from sm120kit.errors import UserError
 from sm120kit.evidence import flight, gpu, ras, stacks
 from sm120kit.evidence.procs import Proc, alive, describe, environ
 from sm120kit.evidence.redact import Redactor, is_secret_env_name
-from sm120kit.facts.serve_args import parse_serve_args
+from sm120kit.models.serve_args import parse_serve_args
+from sm120kit.services.bundles import Bundle, CollectorRecord, iso
 
 STACK_ROLES = ("worker", "engine-core", "api-server", "warmup-rank", "python")
+
+
+@dataclass
+class BundleHooks:
+    """What the composing layer (the CLI) adds to a bundle; services never import capabilities.
+
+    ``doctor_report``: doctor tiers 0-1 as a JSON-able dict (``doctor.json``); ``judge``: the
+    verdict lines on a written bundle directory (the diagnose rules engine). Either may be None:
+    the bundle then says which part was not composed. Both must be module-level functions (a Ray
+    node pickles them by reference)."""
+
+    doctor_report: Callable[[], dict[str, Any]] | None = None
+    judge: Callable[[Path], list[str]] | None = None
 
 
 @dataclass
@@ -50,6 +61,7 @@ class Options:
     fr_wait_s: float = 3.0  # how long to wait for dump files torch is still writing
     log_tail_lines: int = 200
     max_stack_procs: int = 64
+    hooks: BundleHooks = field(default_factory=BundleHooks)
 
 
 @dataclass
@@ -480,7 +492,9 @@ def is_secretish(name: str) -> bool:
 def _collect_doctor(bundle: Bundle, opts: Options, rec: CollectorRecord) -> None:
     if not opts.doctor:
         raise _Skip("disabled")
-    rep = run_doctor(tiers=(0, 1)).to_dict()
+    if opts.hooks.doctor_report is None:
+        raise _Skip("no doctor report composed by the caller")
+    rep = opts.hooks.doctor_report()
     bundle.write_json("doctor.json", rep)
     rec.files = ["doctor.json"]
 
@@ -573,7 +587,7 @@ def finalize(bundle: Bundle, procs: list[Proc], ctx: CollectContext, res: Result
     bundle.write_json("timeline.json", timeline)
     if ctx.stall:
         bundle.write_json("stall.json", ctx.stall)
-    verdict = make_verdict(ctx, bundle)
+    verdict = make_verdict(ctx, bundle, opts.hooks)
     if res is not None:
         res.verdict = verdict
     analysis = res.analysis if res else {}
@@ -587,22 +601,19 @@ def finalize(bundle: Bundle, procs: list[Proc], ctx: CollectContext, res: Result
 
 
 # --- verdict and summary ---------------------------------------------------------------------
-def make_verdict(ctx: CollectContext, bundle: Bundle) -> list[str]:
-    """The bundle's verdict: ``sm120kit diagnose`` over the bundle as written so far (one rules
-    engine for collect and diagnose), after the reason it was taken."""
+def make_verdict(ctx: CollectContext, bundle: Bundle, hooks: BundleHooks) -> list[str]:
+    """The bundle's verdict: the reason it was taken, then the caller's judge over the bundle as
+    written so far (the CLI composes the diagnose rules engine: one engine for collect and
+    diagnose)."""
     v: list[str] = [f"Reason: {ctx.reason}"]
     bundle.write_manifest()  # the collector statuses are evidence too
+    if hooks.judge is None:
+        v.append(f"not judged here: run `sm120kit diagnose {bundle.root}`")
+        return v
     try:
-        res = diagnose([bundle.root])
+        v += hooks.judge(bundle.root)
     except UserError as exc:
         v.append(f"diagnose could not read the bundle: {exc.message}")
-        return v
-    v.append(res.verdict)
-    for f in res.findings[1:3]:
-        ph = f" [phase: {f.phase}]" if f.phase else ""
-        v.append(f"also: {f.category}: {f.summary}{ph}")
-    if res.findings and res.findings[0].fix:
-        v.append(f"Fix: {res.findings[0].fix}")
     return v
 
 
@@ -755,5 +766,5 @@ def collect_procs(
     return tb, res
 
 
-__all__ = ["CollectContext", "Options", "Result", "collect_processes", "collect_procs", "finalize",
+__all__ = ["BundleHooks", "CollectContext", "Options", "Result", "collect_processes", "collect_procs", "finalize",
            "snapshot"]
