@@ -1,6 +1,6 @@
 """The one error type for user errors, and the exit codes of every command.
 
-Exit codes (documented in the README):
+Exit codes (documented in docs/exit-codes.md):
 
 * 0  success / nothing wrong
 * 1  warnings or findings (doctor warnings, diagnose findings, ``--dry-run`` with pending changes)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 from pathlib import Path
 
 import pytest
@@ -66,6 +67,33 @@ RELEASE_FIXTURES = frozenset({
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _mark(items)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """With network tests selected, fetch the release wheels once, up front, with a progress
+    line per file (a cold cache is ~4.8 GB; without this the first tests that need a wheel sit
+    silent for minutes). ``SM120KIT_NO_PREFETCH=1`` leaves it to the tests."""
+    if os.environ.get("SM120KIT_NO_PREFETCH") or session.config.option.collectonly:
+        return
+    if not any(it.get_closest_marker("network") for it in session.items):
+        return
+    from tests.support.releases import prefetch
+
+    tr = session.config.pluginmanager.get_plugin("terminalreporter")
+    lock = threading.Lock()
+
+    def say(line: str) -> None:
+        with lock:
+            if tr is not None:
+                tr.write_line(line)
+            else:
+                print(line, flush=True)
+
+    prefetch(say)
+
+
+def _mark(items: list[pytest.Item]) -> None:
     gpu_why = None
     sm_why = None
     for item in items:

@@ -1,7 +1,7 @@
 """vLLM startup/serving phases from single log lines, plus known stall messages.
 
 Used live by ``collect`` (one call per child output line) and offline by ``diagnose``. The phase
-names are the ones of ``shared/data/vllm-logs/README.md``:
+names are the ones of ``tests/data/vllm-logs/README.md``:
 
 engine-init → nccl-init → model-load → torch-compile → kv-cache-profile → kernel-warmup →
 autotune → cuda-graph-capture → engine-ready → api-server-ready → serving, plus the terminal

@@ -14,6 +14,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.support import sigint_default
+
 from .helpers import GLOO_JOB, leftovers, only_bundle, read_tarball, run_collect
 
 
@@ -143,7 +145,8 @@ def test_ctrl_c_writes_bundle_and_exits_130(tmp_path: Path) -> None:
     p = subprocess.Popen([sys.executable, "-m", "sm120kit", "collect", "-o", str(out),
                           "--stall-timeout", "600", "--deadline", "20", "--no-doctor", "--",
                           sys.executable, str(GLOO_JOB), "--world", "2", "--mode", "stall"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=sigint_default)  # Ctrl-C reaches it under `pytest &` too
     try:
         end = time.monotonic() + 90
         bundle_dir = None

@@ -1,4 +1,4 @@
-"""The phase timeline on the real public vLLM logs in ``shared/data/vllm-logs``, replayed as the
+"""The phase timeline on the real public vLLM logs in ``tests/data/vllm-logs``, replayed as the
 supervised child's output (a child that writes the log's bytes with small sleeps, then waits)."""
 
 from __future__ import annotations
@@ -9,13 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.paths import SHARED_LOGS
+from tests.support.paths import VLLM_LOGS
 
 from .helpers import leftovers, only_bundle, read_tarball, run_collect
 
-LOGS = SHARED_LOGS
-pytestmark = pytest.mark.skipif(not (LOGS / "manifest.json").exists(),
-                                reason=f"the public vLLM log fixtures are not at {LOGS}")
+LOGS = VLLM_LOGS
 
 REPLAY = r'''
 import sys, time

@@ -1,4 +1,4 @@
-"""Fixtures for the diagnose tests: the shared real vLLM logs and their manifest."""
+"""Fixtures for the diagnose tests: the real public vLLM logs (tests/data/vllm-logs) and their manifest."""
 
 from __future__ import annotations
 
@@ -8,19 +8,15 @@ from typing import Any
 
 import pytest
 
-from tests.support.paths import SHARED_LOGS
+from tests.support.paths import VLLM_LOGS
 
-LOG_DIR = SHARED_LOGS
+LOG_DIR = VLLM_LOGS
 
 
 def manifest() -> list[dict[str, Any]]:
-    if not (LOG_DIR / "manifest.json").is_file():
-        return []
     return list(json.loads((LOG_DIR / "manifest.json").read_text()))
 
 
 @pytest.fixture(scope="session")
 def log_dir() -> Path:
-    if not (LOG_DIR / "manifest.json").is_file():
-        pytest.skip(f"shared vLLM log fixtures not found at {LOG_DIR}")
     return LOG_DIR

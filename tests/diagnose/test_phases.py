@@ -1,4 +1,4 @@
-"""Phase classification and stall signals on the real public vLLM logs (shared/data/vllm-logs)."""
+"""Phase classification and stall signals on the real public vLLM logs (tests/data/vllm-logs)."""
 
 from __future__ import annotations
 

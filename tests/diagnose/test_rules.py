@@ -30,7 +30,7 @@ def test_registry_is_consistent() -> None:
     for r in RULES:
         assert r.category in CATEGORIES and r.fix and r.needs
         # a rule cites a page only when it is about this mechanism (never a generic link)
-        assert r.link is None or r.link.startswith(("https://", "README.md#"))
+        assert r.link is None or r.link.startswith(("https://", "docs/"))
 
 
 def test_first_dead_rank_beats_later_timeouts(tmp_path: Path) -> None:

@@ -8,3 +8,14 @@
 * :mod:`.forks` — forks with real drift built from release trees (port tests);
 * :mod:`.venvs` — vLLM really pip-installed into venvs (``--installed`` tests).
 """
+
+
+def sigint_default() -> None:
+    """``preexec_fn`` for a child a test will interrupt: SIGINT back to its default disposition.
+
+    A pytest started with SIGINT ignored (``python -m pytest &`` from a non-interactive shell)
+    passes SIG_IGN on to its children, and Python then installs no KeyboardInterrupt handler:
+    the child would never see the test's Ctrl-C."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -6,13 +6,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PATCHES = ROOT / "patches"
-#: the public vLLM log corpus in ``shared/data/vllm-logs`` beside the checkout (CI: beside the
-#: clone; a worktree under ``wt/NAME``: two levels up)
-SHARED_LOGS = next(
-    (d / "shared/data/vllm-logs" for d in list(ROOT.parents)[:3]
-     if (d / "shared/data/vllm-logs").is_dir()),
-    ROOT.parent / "shared/data/vllm-logs",
-)
+#: the public vLLM log corpus (13 real logs with their sources: tests/data/vllm-logs/README.md)
+VLLM_LOGS = ROOT / "tests" / "data" / "vllm-logs"
 
 SM120 = "vllm/v1/attention/backends/mla/flashinfer_mla_sparse_sm120.py"
 SPARSE = "vllm/v1/attention/backends/mla/flashinfer_mla_sparse.py"

@@ -22,6 +22,7 @@ import pytest
 from sm120kit.errors import UserError
 from sm120kit.warmup.config import RunConfig
 from sm120kit.warmup.runner import run_warmup
+from tests.support import sigint_default
 
 
 def _gone(pids: list[int]) -> bool:
@@ -206,6 +207,7 @@ def test_ctrl_c_kills_everything() -> None:
         [sys.executable, "-m", "sm120kit", "warmup", "run", "--dcp", "2",
          "--inject-stall", "0:merge", "--stall-timeout", "300"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=sigint_default,  # Ctrl-C reaches it even when pytest runs with SIGINT ignored
     )  # fmt: skip
     try:
         launcher, ranks = _wait_tree(proc.pid, 2)

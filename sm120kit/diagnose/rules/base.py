@@ -51,7 +51,7 @@ TIER_CAP: dict[str, float] = {
     "config": 0.5,  # versions/config heuristics
 }
 
-DOCS = "README.md#diagnose"
+DOCS = "docs/diagnose.md"
 
 
 @dataclass

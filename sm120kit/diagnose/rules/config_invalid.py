@@ -33,5 +33,5 @@ RULE = Rule(
     check=check,
     fix="Change the flag the message names; `sm120kit doctor --tp N --dcp M ...` checks a "
         "planned sparse-MLA/DCP configuration before launch.",
-    link="README.md#doctor",
+    link="docs/doctor.md",
 )

@@ -30,5 +30,5 @@ RULE = Rule(
     fix="Apply the DCP series in the environment that serves (`sm120kit apply --installed`), keep "
         "--decode-context-parallel-size on the command line, and re-check with `sm120kit doctor "
         "--log LOG`: tokens per GiB must be DCP x the DCP-1 density.",
-    link="README.md#kv-capacity",
+    link="docs/doctor.md#kv-capacity",
 )

@@ -39,5 +39,5 @@ RULE = Rule(
     check=check,
     fix="Patch vLLM with the DCP series for FLASHINFER_MLA_SPARSE_SM120: `sm120kit apply` "
         "(or run with --decode-context-parallel-size 1).",
-    link="README.md#apply",
+    link="docs/apply.md",
 )

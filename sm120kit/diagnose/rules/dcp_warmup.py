@@ -67,5 +67,5 @@ RULE = Rule(
     fix="Warm up with DCP-valid shapes: `sm120kit warmup` (or the patched warmup from "
         "`sm120kit apply`); as an A/B test disable the autotune "
         "(--kernel-config '{\"enable_flashinfer_autotune\": false}') or run DCP=1.",
-    link="README.md#warmup",
+    link="docs/warmup.md",
 )

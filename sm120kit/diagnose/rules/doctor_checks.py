@@ -59,5 +59,5 @@ RULE = Rule(
     tier="config",
     check=check,
     fix="Fix what `sm120kit doctor` reports, then reproduce.",
-    link="README.md#doctor",
+    link="docs/doctor.md",
 )

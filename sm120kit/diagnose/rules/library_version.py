@@ -108,5 +108,5 @@ RULE = Rule(
     check=check,
     fix="Align the installed versions with what vLLM pins (`sm120kit doctor` reports the pins "
         "and the installed builds); wipe the FlashInfer/Triton JIT caches after upgrading.",
-    link="README.md#doctor",
+    link="docs/doctor.md",
 )

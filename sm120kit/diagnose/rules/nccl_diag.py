@@ -28,5 +28,5 @@ RULE = Rule(
     fix="The named pair's P2P path is broken: export NCCL_P2P_DISABLE=1 (with "
         "--disable-custom-all-reduce) to route collectives through host memory, and fix "
         "IOMMU/ACS for real P2P (`sm120kit doctor --deep`).",
-    link="README.md#diagnose",
+    link="docs/diagnose.md",
 )

@@ -39,5 +39,5 @@ RULE = Rule(
     fix="Reproduce under `sm120kit collect -- vllm serve ...` to get every rank's stack, NVML "
         "state, NCCL RAS counts and Flight Recorder dumps; set NCCL_DEBUG=INFO "
         "NCCL_DEBUG_SUBSYS=INIT,COLL for per-rank op counts.",
-    link="README.md#collect",
+    link="docs/collect.md",
 )
