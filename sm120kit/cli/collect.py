@@ -77,9 +77,10 @@ def _ray_options(ray_addr: str, classes: tuple[str, ...], no_local: bool, attach
     import_ray()
     if command and ray_addr == "auto" and len(command) == 1 and ":" in command[0]:
         ray_addr, command = command[0], ()  # `--ray -o DIR HOST:PORT`
+    root = click.get_current_context().find_root().obj or {}
     return RayOptions(address=None if ray_addr == "auto" else ray_addr,
                       worker_classes=tuple(classes) or DEFAULT_WORKER_CLASSES,
-                      discover_local=not no_local), command
+                      discover_local=not no_local, debug=bool(root.get("debug"))), command
 
 
 def _collect_ray(ropts: Any, out_dir: Path, deadline: float, sample_gap: float, stacks: str,

@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
+from sm120kit.collect.ray_probe import ADDRESS_HINT, QUIET_ENV, require_gcs
 from sm120kit.errors import UserError
 from sm120kit.evidence.procs import Proc, describe, discover
 from sm120kit.evidence.redact import Redactor
@@ -107,36 +108,72 @@ def ranks_from_name(name: str | None) -> dict[str, int]:
     return {k: int(v) for k, v in _RANK_IN_NAME.findall(name or "")}
 
 
-def _probe(address: str, timeout: float = 5.0) -> None:
-    """Fail fast on an unreachable ``HOST:PORT`` (``ray.init`` itself retries for minutes)."""
-    host, _, port = address.rpartition(":")
-    if "://" in address or not host or not port.isdigit():
+def _resolve(address: str | None) -> str | None:
+    """The address ``ray.init`` would use: ``auto`` resolves through ``RAY_ADDRESS`` or the
+    local node's ``/tmp/ray/ray_current_cluster`` (no network); ``None``: no cluster here."""
+    target = address or os.environ.get("RAY_ADDRESS") or "auto"
+    if target == "auto":
+        try:
+            from ray._private.services import canonicalize_bootstrap_address
+
+            return canonicalize_bootstrap_address("auto")
+        except Exception:  # e.g. several local clusters: Ray's own message says which
+            return "auto"
+    return target
+
+
+def quiet_ray(debug: bool) -> None:
+    """Keep Ray's C++ core and gRPC from printing warnings into the driver's stderr (and the
+    Python ``ray`` loggers at ERROR) unless ``--debug``."""
+    import logging
+
+    if debug:
         return
-    try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
-            pass
-    except OSError as exc:
-        raise UserError(f"cannot reach the Ray GCS at {address}: {exc.strerror or exc}",
-                        hint="pass the head's GCS address (`ray status` on the head shows it), "
-                        "e.g. sm120kit collect --ray HEAD_IP:6379") from None
+    for k, v in QUIET_ENV.items():
+        os.environ.setdefault(k, v)
+    for name in ("ray", "ray._private", "ray.util"):
+        logging.getLogger(name).setLevel(logging.ERROR)
 
 
-def connect(address: str | None) -> Any:
-    """Join the cluster as a driver (``auto``: ``RAY_ADDRESS`` or the local node's cluster)."""
+def connect(address: str | None, deadline_s: float = 60.0, *, debug: bool = False) -> Any:
+    """Join the cluster as a driver (``auto``: ``RAY_ADDRESS`` or the local node's cluster),
+    every network step within ``deadline_s``: the address is first asked whether it is a GCS
+    (:func:`~sm120kit.collect.ray_probe.require_gcs`, a child process killed at its deadline),
+    then ``ray.init`` runs in a thread that is given up on at what is left of the deadline."""
     ray = import_ray()
     if ray.is_initialized():
         return ray
-    target = address or os.environ.get("RAY_ADDRESS") or "auto"
+    t0 = time.monotonic()
+    quiet_ray(debug)
+    target = _resolve(address)
+    if target is None:
+        raise UserError("no Ray cluster found on this node (no RAY_ADDRESS, no running `ray start`)",
+                        hint="pass the head's GCS address: sm120kit collect --ray HEAD_IP:6379")
     if target != "auto":
-        _probe(target)
-    try:
-        ray.init(address=target, logging_level="WARNING", log_to_driver=False,
-                 namespace="sm120kit-collect")
-    except (ConnectionError, RuntimeError, ValueError) as exc:
+        require_gcs(target, deadline_s, debug=debug)
+    box: dict[str, BaseException] = {}
+
+    def init() -> None:
+        try:
+            ray.init(address=target, logging_level="DEBUG" if debug else "ERROR",
+                     log_to_driver=False, namespace="sm120kit-collect")
+        except BaseException as exc:
+            box["exc"] = exc
+
+    th = threading.Thread(target=init, name="ray-init", daemon=True)
+    th.start()
+    left = max(1.0, deadline_s - (time.monotonic() - t0))
+    th.join(left)
+    if th.is_alive():
+        raise UserError(f"the Ray GCS at {target} answered, but joining it as a driver did not "
+                        f"finish within the {deadline_s:.0f}s deadline",
+                        hint="check `ray status` on the head and that this Ray version matches "
+                        "the cluster's; --debug shows Ray's own log")
+    exc = box.get("exc")
+    if exc is not None:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UserError(f"cannot connect to the Ray cluster at {target}: {first}",
-                        hint="pass the head's GCS address: sm120kit collect --ray HEAD_IP:6379 "
-                        "(see `ray status`)") from None
+                        hint=ADDRESS_HINT) from None
     return ray
 
 
@@ -308,6 +345,7 @@ class RayOptions:
     worker_classes: tuple[str, ...] = DEFAULT_WORKER_CLASSES
     discover_local: bool = True  # also snapshot vLLM processes found by title on collect's node
     margin_s: float = 4.0  # of --deadline kept for the transfer and the head's writing
+    debug: bool = False  # --debug: Ray's and gRPC's own log lines are not suppressed
 
 
 @dataclass
@@ -509,7 +547,7 @@ def gather_into(bundle: Bundle, ropts: RayOptions, opts: Options, ctx: CollectCo
     outcomes: list[NodeOutcome] = []
     workers: list[RayWorker] = []
     try:
-        ray = connect(ropts.address)
+        ray = connect(ropts.address, max(1.0, deadline - time.monotonic()), debug=ropts.debug)
         nodes = list_nodes(ray)
         workers, source = list_workers(
             ropts.worker_classes, timeout=max(1, min(10, int(deadline - time.monotonic()) // 3)))
@@ -550,7 +588,7 @@ def collect_ray(out_dir: Path, ropts: RayOptions, *, deadline_s: float, redact: 
                 on_event: Callable[[str], None] | None = None) -> RayCollectResult:
     """``collect --ray [ADDRESS]``: one bundle of every node, now. Never signals anything."""
     t0 = time.monotonic()
-    connect(ropts.address)  # an unreachable cluster is bad input: no empty bundle
+    connect(ropts.address, deadline_s, debug=ropts.debug)  # an unreachable cluster is bad input: no empty bundle
     opts = options or Options()
     opts.deadline_s = deadline_s
     ctx = CollectContext(mode="ray", reason="ray: snapshot requested", stall_kind="requested")
