@@ -85,7 +85,7 @@ def _ray_options(ray_addr: str, classes: tuple[str, ...], no_local: bool, attach
 
 def _collect_ray(ropts: Any, out_dir: Path, deadline: float, sample_gap: float, stacks: str,
                  no_doctor: bool, no_redact: bool, host_map: Path | None, as_json: bool) -> int:
-    from sm120kit.collect.ray_cluster import collect_ray
+    from sm120kit.collect.ray_cluster import collect_ray, instances, not_collected
     from sm120kit.report import console, dump_json
     from sm120kit.services.snapshot import Options
 
@@ -99,10 +99,13 @@ def _collect_ray(ropts: Any, out_dir: Path, deadline: float, sample_gap: float, 
     nodes: list[dict[str, Any]] = [
         {"node": oc.folder, "status": oc.status, "seconds": oc.seconds, "error": oc.error,
          "workers": oc.workers} for oc in res.nodes]
+    # a bundle with a lost / timed-out / failed node is partial: exit 1, flagged everywhere
+    code = ExitCode.FINDINGS if res.partial else ExitCode.OK
     if as_json:
         dump_json("collect", {"status": "collected", "mode": "ray", "bundle": str(res.tarball),
-                              "seconds": res.seconds, "nodes": nodes, "verdict": res.verdict})
-        return ExitCode.OK
+                              "seconds": res.seconds, "partial": res.partial, "nodes": nodes,
+                              "instances": instances(res.workers), "verdict": res.verdict})
+        return code
     from rich.table import Table
 
     t = Table(title="nodes")
@@ -114,8 +117,10 @@ def _collect_ray(ropts: Any, out_dir: Path, deadline: float, sample_gap: float, 
     con.print(t)
     for v in res.verdict:
         con.print(f"  - {v}")
+    if res.partial:
+        con.print(f"partial: not fully collected: {', '.join(not_collected(res.nodes))}")
     con.print(f"bundle: {res.tarball} ({res.seconds:.1f}s)")
-    return ExitCode.OK
+    return code
 
 
 @click.command(

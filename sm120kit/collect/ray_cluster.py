@@ -21,7 +21,6 @@ without it.
 from __future__ import annotations
 
 import os
-import re
 import socket
 import tempfile
 import threading
@@ -32,6 +31,17 @@ from pathlib import Path
 from typing import Any, Literal
 
 from sm120kit.collect.ray_probe import ADDRESS_HINT, QUIET_ENV, require_gcs
+from sm120kit.collect.ray_view import (
+    ClusterView,
+    RayNode,
+    RayWorker,
+    cluster_view,
+    in_scope,
+    instance_from_name,
+    instances,
+    ranks_from_name,
+    scope_pids,
+)
 from sm120kit.errors import UserError
 from sm120kit.evidence.procs import Proc, describe, discover
 from sm120kit.evidence.redact import Redactor
@@ -52,7 +62,6 @@ DEFAULT_WORKER_CLASSES: tuple[str, ...] = ("RayWorkerProc", "RayWorkerWrapper")
 PIP_HINT = "pip install 'sm120kit[ray]'  (Ray's client; the cluster's Ray version must match)"
 
 NodeStatus = Literal["ok", "error", "timeout", "lost"]
-_RANK_IN_NAME = re.compile(r"_(TP|PP|PCP|DCP|DP|EP)(\d+)")
 _BINARY_SUFFIX = (".json", ".txt", ".md", ".log", ".out", ".err")
 
 
@@ -64,48 +73,6 @@ def import_ray() -> Any:
         raise UserError("--ray needs the `ray` package, which is not installed",
                         hint=PIP_HINT) from None
     return ray
-
-
-# --- what the cluster looks like -------------------------------------------------------------
-@dataclass
-class RayNode:
-    node_id: str
-    ip: str
-    hostname: str
-    alive: bool
-    is_head: bool = False
-
-    @property
-    def folder(self) -> str:
-        return f"nodes/{self.node_id[:12]}"
-
-
-@dataclass
-class RayWorker:
-    actor_id: str
-    class_name: str
-    name: str | None
-    pid: int | None
-    node_id: str | None
-    state: str
-    ranks: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def rank(self) -> int | None:
-        """The tensor-parallel rank named by the actor (vLLM's ``build_actor_name``)."""
-        for k in ("TP", "DCP", "PCP", "PP", "DP", "EP"):
-            if k in self.ranks:
-                return self.ranks[k]
-        return None
-
-    @property
-    def label(self) -> str:
-        return self.name or f"{self.class_name}:{self.actor_id[:8]}"
-
-
-def ranks_from_name(name: str | None) -> dict[str, int]:
-    """``vllm_Worker_ab12_TP3_PP1`` → ``{'TP': 3, 'PP': 1}``."""
-    return {k: int(v) for k, v in _RANK_IN_NAME.findall(name or "")}
 
 
 def _resolve(address: str | None) -> str | None:
@@ -149,6 +116,8 @@ def connect(address: str | None, deadline_s: float = 60.0, *, debug: bool = Fals
     if target is None:
         raise UserError("no Ray cluster found on this node (no RAY_ADDRESS, no running `ray start`)",
                         hint="pass the head's GCS address: sm120kit collect --ray HEAD_IP:6379")
+    if target.startswith(("http://", "https://")):
+        raise UserError(f"{target} is a dashboard URL, not a Ray GCS address", hint=ADDRESS_HINT)
     if target != "auto":
         require_gcs(target, deadline_s, debug=debug)
     box: dict[str, BaseException] = {}
@@ -175,50 +144,6 @@ def connect(address: str | None, deadline_s: float = 60.0, *, debug: bool = Fals
         raise UserError(f"cannot connect to the Ray cluster at {target}: {first}",
                         hint=ADDRESS_HINT) from None
     return ray
-
-
-def list_nodes(ray: Any) -> list[RayNode]:
-    out = []
-    for n in ray.nodes():
-        res = n.get("Resources") or {}
-        out.append(RayNode(node_id=str(n["NodeID"]), ip=str(n.get("NodeManagerAddress") or ""),
-                           hostname=str(n.get("NodeManagerHostname") or ""),
-                           alive=bool(n.get("Alive")),
-                           is_head="node:__internal_head__" in res))
-    return out
-
-
-def list_workers(worker_classes: tuple[str, ...], timeout: int = 10
-                 ) -> tuple[list[RayWorker], str]:
-    """vLLM worker actors (by class name) and the source used: ``state-api`` (the dashboard's
-    state API) or ``gcs`` (the GCS actor table, when the cluster has no dashboard)."""
-    rows: list[RayWorker] = []
-    try:
-        from ray.util.state import list_actors
-
-        for a in list_actors(detail=True, limit=10000, timeout=timeout,
-                             raise_on_missing_output=False):
-            rows.append(RayWorker(actor_id=a.actor_id, class_name=a.class_name or "",
-                                  name=a.name or None, pid=a.pid, node_id=a.node_id,
-                                  state=str(a.state)))
-        source = "state-api"
-    except Exception:  # no dashboard on the cluster: the GCS table has the same fields
-        import ray._private.state as gcs_state
-
-        rows = []
-        for a in gcs_state.actors().values():
-            addr = a.get("Address") or {}
-            rows.append(RayWorker(actor_id=str(a.get("ActorID")),
-                                  class_name=str(a.get("ActorClassName") or ""),
-                                  name=a.get("Name") or None, pid=a.get("Pid") or None,
-                                  node_id=addr.get("NodeID"), state=str(a.get("State"))))
-        source = "gcs"
-    keep = [w for w in rows if w.class_name in worker_classes or
-            w.class_name.rsplit(".", 1)[-1] in worker_classes]
-    for w in keep:
-        w.ranks = ranks_from_name(w.name)
-    keep.sort(key=lambda w: (w.node_id or "", w.rank if w.rank is not None else 1 << 30))
-    return keep, source
 
 
 # --- on every node ---------------------------------------------------------------------------
@@ -272,9 +197,15 @@ def _node_procs(spec: dict[str, Any], ctx: CollectContext) -> list[Proc]:
             continue
         d.role, d.rank, d.is_python = "worker", w.get("rank"), True
         procs.append(d)
-    if spec.get("discover"):
+    if spec.get("discover"):  # vLLM-titled processes of the cluster's live jobs only
         seen = {p.pid for p in procs}
-        procs += [p for p in discover() if p.pid not in seen and p.pid != os.getpid()]
+        roots = [int(x) for x in spec.get("scope") or []]
+        found = [p for p in discover() if p.pid not in seen and p.pid != os.getpid()]
+        keep = [p for p in found if in_scope(p.pid, roots)]
+        if len(keep) < len(found):
+            ctx.notes.append(f"{len(found) - len(keep)} vLLM-titled process(es) on this node "
+                             "belong to no live job of this Ray cluster: not collected")
+        procs += keep
     return procs
 
 
@@ -357,6 +288,7 @@ class RayCollectResult:
     verdict: list[str]
     seconds: float
     source: str = "state-api"
+    partial: bool = False
 
 
 def _is_binary(rel: str, data: bytes) -> bool:
@@ -385,10 +317,11 @@ def write_node_files(bundle: Bundle, folder: str, files: dict[str, bytes]) -> in
 
 
 def _spec(node: RayNode, workers: list[RayWorker], opts: Options, deadline_s: float,
-          ctx: CollectContext, redact: bool, discover_local: bool) -> dict[str, Any]:
+          ctx: CollectContext, redact: bool, scope: list[int] | None) -> dict[str, Any]:
     return {
         "node_id": node.node_id, "deadline_s": deadline_s, "redact": redact,
-        "reason": ctx.reason, "stall_kind": ctx.stall_kind, "discover": discover_local,
+        "reason": ctx.reason, "stall_kind": ctx.stall_kind, "discover": scope is not None,
+        "scope": scope or [],
         "options": {f.name: getattr(opts, f.name) for f in fields(opts)
                     if f.name not in ("deadline_s", "hooks")},
         "hooks": opts.hooks,  # module-level functions: pickled by reference
@@ -424,11 +357,13 @@ def _node_alive(ray: Any, node_id: str) -> bool:
 
 def gather(ray: Any, bundle: Bundle, nodes: list[RayNode], workers: list[RayWorker],
            opts: Options, ctx: CollectContext, *, deadline: float, redact: bool,
-           discover_node: str | None, on_event: Callable[[str], None] | None = None,
+           scope: dict[str, list[int]] | None = None,
+           on_event: Callable[[str], None] | None = None,
            margin_s: float = 4.0) -> list[NodeOutcome]:
-    """Run :func:`node_snapshot` on every live node (pinned), wait until ``deadline``
-    (``time.monotonic()`` value), write each node's files into ``bundle``; never raises for a
-    node's failure."""
+    """Run :func:`node_snapshot` on every live node of ``nodes`` (pinned), wait until
+    ``deadline`` (``time.monotonic()`` value), write each node's files into ``bundle``; never
+    raises for a node's failure. ``scope``: node id → the pids of the cluster's live jobs there,
+    for the nodes where vLLM-titled processes are also discovered (only within those trees)."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     t0 = time.monotonic()
@@ -443,10 +378,7 @@ def gather(ray: Any, bundle: Bundle, nodes: list[RayNode], workers: list[RayWork
                          is_head=n.is_head, workers=[w.label for w in workers
                                                      if w.node_id == n.node_id])
         outcomes[n.node_id] = oc
-        if not n.alive:
-            oc.error = "node is dead in the cluster table (not collected)"
-            continue
-        spec = _spec(n, workers, opts, node_deadline, ctx, redact, n.node_id == discover_node)
+        spec = _spec(n, workers, opts, node_deadline, ctx, redact, (scope or {}).get(n.node_id))
         ref = remote.options(
             scheduling_strategy=NodeAffinitySchedulingStrategy(n.node_id, soft=False),
             name=f"sm120kit-collect-{n.node_id[:12]}").remote(spec)
@@ -505,6 +437,7 @@ def rank_rows(outcomes: list[NodeOutcome]) -> list[dict[str, Any]]:
         for pid, a in sorted(oc.analysis.items(), key=lambda kv: (
                 kv[1].get("rank") if kv[1].get("rank") is not None else 1 << 30, kv[0])):
             rows.append({"node": oc.folder.split("/", 1)[-1], "pid": int(pid),
+                         "instance": instance_from_name(a.get("label")) or "(not a Ray actor)",
                          "label": a.get("label"), "role": a.get("role"), "rank": a.get("rank"),
                          "state": a.get("state"), "collective": a.get("collective"),
                          "sync": a.get("sync"),
@@ -512,27 +445,73 @@ def rank_rows(outcomes: list[NodeOutcome]) -> list[dict[str, Any]]:
     return rows
 
 
+def _rank_tables(rows: list[dict[str, Any]]) -> list[str]:
+    """One rank table per vLLM instance (two `vllm serve` on one cluster are never merged)."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault(r["instance"], []).append(r)
+    L: list[str] = []
+    for inst, rs in sorted(groups.items()):
+        title = "## Ranks across nodes" + (f" — instance {inst}" if len(groups) > 1 else "")
+        L += ["", title, "", "| node | rank | label | pid | state | where | collective |",
+              "|---|---|---|---|---|---|---|"]
+        for r in rs:
+            L.append(f"| {r['node']} | {'' if r['rank'] is None else r['rank']} | {r['label']} | "
+                     f"{r['pid']} | {r['state']} | {str(r['where'] or '').replace('|', '/')} | "
+                     f"{r['collective'] or r['sync'] or ''} |")
+    return L
+
+
 def render_cluster_summary(bundle: Bundle, outcomes: list[NodeOutcome], verdict: list[str],
                            notes: list[str]) -> str:
     red = bundle.redactor
     L = ["# sm120kit collect bundle (Ray cluster)", "", f"- created: {bundle.meta.get('created')}",
-         f"- nodes: {len(outcomes)}; vLLM worker actors: {sum(len(o.workers) for o in outcomes)}",
-         "", "## Verdict", ""]
+         f"- nodes: {len(outcomes)}; vLLM worker actors: {sum(len(o.workers) for o in outcomes)}"]
+    bad = not_collected(outcomes)
+    if bad:
+        L.append(f"- **partial**: {len(bad)} of {len(outcomes)} node(s) not fully collected: "
+                 + ", ".join(bad))
+    L += ["", "## Verdict", ""]
     L += [f"- {x}" for x in verdict]
     L += ["", "## Nodes", "", "| node | host | status | seconds | workers | error |",
           "|---|---|---|---|---|---|"]
     for oc in outcomes:
         L.append(f"| {oc.folder} | {red.text(oc.hostname)} ({red.text(oc.ip)}) | {oc.status} | "
                  f"{oc.seconds} | {len(oc.workers)} | {red.text(oc.error or '')[:200]} |")
-    L += ["", "## Ranks across nodes", "", "| node | rank | label | pid | state | where | collective |",
-          "|---|---|---|---|---|---|---|"]
-    for r in rank_rows(outcomes):
-        L.append(f"| {r['node']} | {'' if r['rank'] is None else r['rank']} | {r['label']} | "
-                 f"{r['pid']} | {r['state']} | {str(r['where'] or '').replace('|', '/')} | "
-                 f"{r['collective'] or r['sync'] or ''} |")
+    L += _rank_tables(rank_rows(outcomes))
     if notes:
         L += ["", "## Notes", ""] + [f"- {n}" for n in notes]
     return "\n".join(L) + "\n"
+
+
+def not_collected(outcomes: list[NodeOutcome]) -> list[str]:
+    """``folder (status)`` of every node that is ``lost``, ``timeout`` or ``error``."""
+    return [f"{oc.folder} ({oc.status})" for oc in outcomes if oc.status != "ok"]
+
+
+def mark_partial(bundle: Bundle, outcomes: list[NodeOutcome]) -> bool:
+    """``partial: true`` at the manifest's top level when a node is not fully collected."""
+    bad = not_collected(outcomes)
+    bundle.meta["partial"] = bool(bad)
+    if bad:
+        bundle.meta["partial_nodes"] = bad
+    return bool(bad)
+
+
+def _record_view(bundle: Bundle, ctx: CollectContext, ropts: RayOptions,
+                 view: ClusterView) -> None:
+    """``ray/cluster.json`` (now and history) and the notes about what is not collected."""
+    bundle.write_json("ray/cluster.json", {
+        "address": bundle.redactor.text(str(ropts.address or "auto")),
+        "worker_classes": list(ropts.worker_classes), **view.to_json()})
+    if not view.workers:
+        ctx.notes.append(f"no live actor of class {'/'.join(ropts.worker_classes)} in a live job "
+                         "of the cluster (pass --ray-worker-class); every live node was still "
+                         "collected")
+    if view.dead_nodes or view.history:
+        ctx.notes.append(f"cluster history, not collected: {len(view.dead_nodes)} dead node(s), "
+                         f"{len(view.history)} dead or finished-job worker actor(s) "
+                         "(ray/cluster.json → history)")
 
 
 def gather_into(bundle: Bundle, ropts: RayOptions, opts: Options, ctx: CollectContext, *,
@@ -548,23 +527,22 @@ def gather_into(bundle: Bundle, ropts: RayOptions, opts: Options, ctx: CollectCo
     workers: list[RayWorker] = []
     try:
         ray = connect(ropts.address, max(1.0, deadline - time.monotonic()), debug=ropts.debug)
-        nodes = list_nodes(ray)
-        workers, source = list_workers(
-            ropts.worker_classes, timeout=max(1, min(10, int(deadline - time.monotonic()) // 3)))
-        me = ray.get_runtime_context().get_node_id() if ropts.discover_local else None
-        bundle.write_json("ray/cluster.json", {
-            "address": bundle.redactor.text(str(ropts.address or "auto")), "actors_source": source,
-            "worker_classes": list(ropts.worker_classes),
-            "nodes": [{**asdict(n), "folder": n.folder} for n in nodes],
-            "workers": [{**asdict(w), "rank": w.rank, "label": w.label} for w in workers]})
-        if not workers:
-            ctx.notes.append(f"no actor of class {'/'.join(ropts.worker_classes)} in the cluster "
-                             "(pass --ray-worker-class); every node was still collected")
-        outcomes = gather(ray, bundle, nodes, workers, opts, ctx, deadline=deadline,
-                          redact=redact, discover_node=me, on_event=on_event,
-                          margin_s=ropts.margin_s)
+        view = cluster_view(ray, ropts.worker_classes,
+                            timeout=max(1, min(10, int(deadline - time.monotonic()) // 3)))
+        workers = view.workers
+        _record_view(bundle, ctx, ropts, view)
+        scope = None
+        if ropts.discover_local:
+            me = ray.get_runtime_context().get_node_id()
+            scope = {n.node_id: scope_pids(view, n) for n in view.nodes if n.node_id == me}
+        outcomes = gather(ray, bundle, view.nodes, workers, opts, ctx, deadline=deadline,
+                          redact=redact, scope=scope, on_event=on_event, margin_s=ropts.margin_s)
         bundle.meta["ray"] = {"nodes": [oc.to_manifest(bundle.redactor) for oc in outcomes],
-                              "workers": len(workers), "actors_source": source}
+                              "workers": len(workers), "actors_source": view.source,
+                              "instances": instances(workers),
+                              "history": {"dead_nodes": len(view.dead_nodes),
+                                          "dead_workers": len(view.history)}}
+        mark_partial(bundle, outcomes)
         rec.status = "ok"
         rec.detail = ", ".join(f"{oc.folder}: {oc.status}" for oc in outcomes)
         rec.files = ["ray/cluster.json"] + [oc.folder + "/" for oc in outcomes]
@@ -588,7 +566,7 @@ def collect_ray(out_dir: Path, ropts: RayOptions, *, deadline_s: float, redact: 
                 on_event: Callable[[str], None] | None = None) -> RayCollectResult:
     """``collect --ray [ADDRESS]``: one bundle of every node, now. Never signals anything."""
     t0 = time.monotonic()
-    connect(ropts.address, deadline_s, debug=ropts.debug)  # an unreachable cluster is bad input: no empty bundle
+    connect(ropts.address, deadline_s, debug=ropts.debug)  # bad address: no empty bundle
     opts = options or Options()
     opts.deadline_s = deadline_s
     ctx = CollectContext(mode="ray", reason="ray: snapshot requested", stall_kind="requested")
@@ -602,7 +580,8 @@ def collect_ray(out_dir: Path, ropts: RayOptions, *, deadline_s: float, redact: 
     finally:
         tb = finish(bundle, outcomes, ctx, opts.hooks)
     return RayCollectResult(bundle.root, tb, outcomes, workers,
-                            list(bundle.meta.get("verdict") or []), round(time.monotonic() - t0, 3))
+                            list(bundle.meta.get("verdict") or []), round(time.monotonic() - t0, 3),
+                            partial=bool(not_collected(outcomes)))
 
 
 def finish(bundle: Bundle, outcomes: list[NodeOutcome], ctx: CollectContext,
@@ -652,5 +631,6 @@ def remote_gather(ropts: RayOptions, *, redact: bool,
 
 
 __all__ = ["DEFAULT_WORKER_CLASSES", "NodeOutcome", "RayCollectResult", "RayNode", "RayOptions",
-           "RayWorker", "collect_ray", "gather", "gather_into", "import_ray",
+           "RayWorker", "collect_ray", "gather", "gather_into", "import_ray", "instances",
+           "mark_partial", "not_collected",
            "node_snapshot", "rank_rows", "ranks_from_name", "remote_gather"]
