@@ -197,7 +197,7 @@ def build_view(nodes: list[RayNode], jobs: list[RayJob], actors: list[RayWorker]
         a.ranks = ranks_from_name(a.name)
     live_actors = [a for a in actors if live(a) and a.job_id != own_job]
     workers = [a for a in live_actors if _is_worker(a, classes)]
-    history = [a for a in actors if _is_worker(a, classes) and not live(a)]
+    history = [a for a in actors if _is_worker(a, classes) and not live(a) and a.job_id != own_job]
     workers.sort(key=lambda w: (w.instance, w.node_id or "",
                                 w.rank if w.rank is not None else 1 << 30))
     return ClusterView(

@@ -189,3 +189,36 @@ def test_http_server_port_is_refused_fast(tmp_path: Path) -> None:
     assert "not-grpc" in line
     checked = float(line.rsplit("checked in ", 1)[1].split("s", 1)[0])
     assert checked < 3.0 and took < 20, (checked, took)
+
+
+def test_instance_and_live_split_from_the_tables() -> None:
+    """The rule of ``ray_view.build_view`` on table rows shaped like Ray's (the real-cluster
+    version is test_ray_history.py): ALIVE actors of live jobs are ranks; a DEAD actor, an
+    ALIVE actor of a finished job (a detached leftover) and a dead node are history."""
+    from sm120kit.collect.ray_view import RayJob, RayNode, RayWorker, build_view, instance_from_name
+
+    assert instance_from_name("vllm_Worker_3f2a_TP1_PP1_PCP0") == "3f2a"
+    assert instance_from_name("vllm_Worker_my_inst_TP0") == "my_inst"
+    assert instance_from_name("other") is None
+    nodes = [RayNode("n1", "10.0.0.1", "a", True), RayNode("n2", "10.0.0.2", "b", False)]
+    jobs = [RayJob("01", False, 11, "10.0.0.1"), RayJob("02", True, 22, "10.0.0.1"),
+            RayJob("03", True, 33, "10.0.0.1")]
+
+    def w(name: str, state: str, job: str, node: str = "n1", cls: str = "RayWorkerProc"
+          ) -> RayWorker:
+        return RayWorker(name, cls, name, 100, node, state, job_id=job)
+
+    actors = [w("vllm_Worker_old_TP0", "DEAD", "01", "n2"), w("vllm_Worker_old_TP1", "ALIVE", "01"),
+              w("vllm_Worker_a_TP1", "ALIVE", "02"), w("vllm_Worker_a_TP0", "ALIVE", "02"),
+              w("vllm_Worker_b_TP0", "ALIVE", "02", "n1", "RayWorkerWrapper"),
+              w("helper", "ALIVE", "02", cls="Other"), w("mine", "ALIVE", "03")]
+    v = build_view(nodes, jobs, actors, ("RayWorkerProc", "RayWorkerWrapper"), own_job="03")
+    assert [x.label for x in v.workers] == ["vllm_Worker_a_TP0", "vllm_Worker_a_TP1",
+                                            "vllm_Worker_b_TP0"]
+    assert sorted(x.label for x in v.history) == ["vllm_Worker_old_TP0", "vllm_Worker_old_TP1"]
+    assert [n.node_id for n in v.nodes] == ["n1"] and [n.node_id for n in v.dead_nodes] == ["n2"]
+    assert [j.job_id for j in v.jobs] == ["02"]  # collect's own job (03) is not a job to collect
+    body = v.to_json()
+    assert body["instances"] == {"a": ["vllm_Worker_a_TP0", "vllm_Worker_a_TP1"],
+                                 "b": ["vllm_Worker_b_TP0"]}
+    assert len(body["history"]["workers"]) == 2 and body["history"]["nodes"][0]["node_id"] == "n2"
