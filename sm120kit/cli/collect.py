@@ -12,6 +12,7 @@ from rich.table import Table
 
 from sm120kit.cli import options
 from sm120kit.cli.compose import bundle_hooks
+from sm120kit.cli.output import json_errors
 from sm120kit.collect.attach import attach as do_attach
 from sm120kit.errors import ExitCode, UserError
 from sm120kit.report import console, dump_json
@@ -83,8 +84,9 @@ def _ray_options(ray_addr: str, classes: tuple[str, ...], no_local: bool, attach
                       discover_local=not no_local, debug=bool(root.get("debug"))), command
 
 
+@json_errors("collect")  # --json: a refused address is one JSON error object on stdout too
 def _collect_ray(ropts: Any, out_dir: Path, deadline: float, sample_gap: float, stacks: str,
-                 no_doctor: bool, no_redact: bool, host_map: Path | None, as_json: bool) -> int:
+                 no_doctor: bool, no_redact: bool, host_map: Path | None, *, as_json: bool) -> int:
     from sm120kit.collect.ray_cluster import collect_ray, instances, not_collected
     from sm120kit.report import console, dump_json
     from sm120kit.services.snapshot import Options
@@ -197,7 +199,7 @@ def collect_cmd(
         ray_opts, command = _ray_options(ray_addr, ray_classes, no_ray_local, attach, command)
         if not command:
             return _collect_ray(ray_opts, out_dir, deadline, sample_gap, stacks, no_doctor,
-                                no_redact, host_map, as_json)
+                                no_redact, host_map, as_json=as_json)
     if attach is not None:
         pid: int | None = None
         if command and attach == "search" and len(command) == 1 and command[0].isdigit():

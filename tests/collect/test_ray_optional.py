@@ -191,6 +191,21 @@ def test_http_server_port_is_refused_fast(tmp_path: Path) -> None:
     assert checked < 3.0 and took < 20, (checked, took)
 
 
+@needs_ray
+def test_refused_address_with_json_is_one_json_object(tmp_path: Path) -> None:
+    import json
+
+    with _silent_listener() as port:
+        addr = f"127.0.0.1:{port}"
+        rj = subprocess.run([sys.executable, "-m", "sm120kit", "collect", "--ray", addr, "-o",
+                             str(tmp_path / "out"), "--deadline", "3", "--json"],
+                            capture_output=True, text=True, timeout=60)
+    assert rj.returncode == 2, rj.stderr
+    body = json.loads(rj.stdout)
+    assert body["status"] == "error" and body["exit_code"] == 2
+    assert body["error"].startswith(f"{addr} is not a Ray GCS")
+
+
 def test_instance_and_live_split_from_the_tables() -> None:
     """The rule of ``ray_view.build_view`` on table rows shaped like Ray's (the real-cluster
     version is test_ray_history.py): ALIVE actors of live jobs are ranks; a DEAD actor, an
