@@ -12,10 +12,13 @@ of ``--deadline``, redacts secrets on the node, and returns its files through Ra
 them into ONE bundle, ``nodes/<node-id-prefix>/...`` per node (every text file passes the head's
 redactor again, so host obfuscation uses one map for all nodes), plus ``ray/cluster.json`` and a
 manifest whose ``nodes`` list records each node's status (``ok``, ``error``, ``timeout``,
-``lost``) and its collectors. A node that dies or never answers is recorded, never fatal.
+``lost``) and its collectors. A node that dies or never answers is recorded, never fatal, and
+makes the bundle ``partial: true`` (exit 1). Which nodes, actors and local processes count is
+:mod:`.ray_view` (live actors of live jobs; the rest is history); the address is checked to be a
+GCS within the deadline before ``ray.init`` (:mod:`.ray_probe`).
 
-This is the only module that imports ``ray``, and only inside functions: every other command works
-without it.
+Only the ``collect/ray_*.py`` modules import ``ray``, and only inside functions: every other
+command works without it.
 """
 
 from __future__ import annotations
