@@ -12,6 +12,7 @@ from rich.table import Table
 
 from sm120kit.cli import options
 from sm120kit.cli.compose import bundle_hooks
+from sm120kit.cli.output import json_errors
 from sm120kit.collect.attach import attach as do_attach
 from sm120kit.errors import ExitCode, UserError
 from sm120kit.report import console, dump_json
@@ -77,14 +78,16 @@ def _ray_options(ray_addr: str, classes: tuple[str, ...], no_local: bool, attach
     import_ray()
     if command and ray_addr == "auto" and len(command) == 1 and ":" in command[0]:
         ray_addr, command = command[0], ()  # `--ray -o DIR HOST:PORT`
+    root = click.get_current_context().find_root().obj or {}
     return RayOptions(address=None if ray_addr == "auto" else ray_addr,
                       worker_classes=tuple(classes) or DEFAULT_WORKER_CLASSES,
-                      discover_local=not no_local), command
+                      discover_local=not no_local, debug=bool(root.get("debug"))), command
 
 
+@json_errors("collect")  # --json: a refused address is one JSON error object on stdout too
 def _collect_ray(ropts: Any, out_dir: Path, deadline: float, sample_gap: float, stacks: str,
-                 no_doctor: bool, no_redact: bool, host_map: Path | None, as_json: bool) -> int:
-    from sm120kit.collect.ray_cluster import collect_ray
+                 no_doctor: bool, no_redact: bool, host_map: Path | None, *, as_json: bool) -> int:
+    from sm120kit.collect.ray_cluster import collect_ray, instances, not_collected
     from sm120kit.report import console, dump_json
     from sm120kit.services.snapshot import Options
 
@@ -98,10 +101,13 @@ def _collect_ray(ropts: Any, out_dir: Path, deadline: float, sample_gap: float, 
     nodes: list[dict[str, Any]] = [
         {"node": oc.folder, "status": oc.status, "seconds": oc.seconds, "error": oc.error,
          "workers": oc.workers} for oc in res.nodes]
+    # a bundle with a lost / timed-out / failed node is partial: exit 1, flagged everywhere
+    code = ExitCode.FINDINGS if res.partial else ExitCode.OK
     if as_json:
         dump_json("collect", {"status": "collected", "mode": "ray", "bundle": str(res.tarball),
-                              "seconds": res.seconds, "nodes": nodes, "verdict": res.verdict})
-        return ExitCode.OK
+                              "seconds": res.seconds, "partial": res.partial, "nodes": nodes,
+                              "instances": instances(res.workers), "verdict": res.verdict})
+        return code
     from rich.table import Table
 
     t = Table(title="nodes")
@@ -113,8 +119,10 @@ def _collect_ray(ropts: Any, out_dir: Path, deadline: float, sample_gap: float, 
     con.print(t)
     for v in res.verdict:
         con.print(f"  - {v}")
+    if res.partial:
+        con.print(f"partial: not fully collected: {', '.join(not_collected(res.nodes))}")
     con.print(f"bundle: {res.tarball} ({res.seconds:.1f}s)")
-    return ExitCode.OK
+    return code
 
 
 @click.command(
@@ -191,7 +199,7 @@ def collect_cmd(
         ray_opts, command = _ray_options(ray_addr, ray_classes, no_ray_local, attach, command)
         if not command:
             return _collect_ray(ray_opts, out_dir, deadline, sample_gap, stacks, no_doctor,
-                                no_redact, host_map, as_json)
+                                no_redact, host_map, as_json=as_json)
     if attach is not None:
         pid: int | None = None
         if command and attach == "search" and len(command) == 1 and command[0].isdigit():

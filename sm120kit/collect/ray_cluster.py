@@ -12,16 +12,18 @@ of ``--deadline``, redacts secrets on the node, and returns its files through Ra
 them into ONE bundle, ``nodes/<node-id-prefix>/...`` per node (every text file passes the head's
 redactor again, so host obfuscation uses one map for all nodes), plus ``ray/cluster.json`` and a
 manifest whose ``nodes`` list records each node's status (``ok``, ``error``, ``timeout``,
-``lost``) and its collectors. A node that dies or never answers is recorded, never fatal.
+``lost``) and its collectors. A node that dies or never answers is recorded, never fatal, and
+makes the bundle ``partial: true`` (exit 1). Which nodes, actors and local processes count is
+:mod:`.ray_view` (live actors of live jobs; the rest is history); the address is checked to be a
+GCS within the deadline before ``ray.init`` (:mod:`.ray_probe`).
 
-This is the only module that imports ``ray``, and only inside functions: every other command works
-without it.
+Only the ``collect/ray_*.py`` modules import ``ray``, and only inside functions: every other
+command works without it.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import socket
 import tempfile
 import threading
@@ -31,6 +33,18 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
+from sm120kit.collect.ray_probe import ADDRESS_HINT, QUIET_ENV, require_gcs
+from sm120kit.collect.ray_view import (
+    ClusterView,
+    RayNode,
+    RayWorker,
+    cluster_view,
+    in_scope,
+    instance_from_name,
+    instances,
+    ranks_from_name,
+    scope_pids,
+)
 from sm120kit.errors import UserError
 from sm120kit.evidence.procs import Proc, describe, discover
 from sm120kit.evidence.redact import Redactor
@@ -51,7 +65,6 @@ DEFAULT_WORKER_CLASSES: tuple[str, ...] = ("RayWorkerProc", "RayWorkerWrapper")
 PIP_HINT = "pip install 'sm120kit[ray]'  (Ray's client; the cluster's Ray version must match)"
 
 NodeStatus = Literal["ok", "error", "timeout", "lost"]
-_RANK_IN_NAME = re.compile(r"_(TP|PP|PCP|DCP|DP|EP)(\d+)")
 _BINARY_SUFFIX = (".json", ".txt", ".md", ".log", ".out", ".err")
 
 
@@ -65,123 +78,75 @@ def import_ray() -> Any:
     return ray
 
 
-# --- what the cluster looks like -------------------------------------------------------------
-@dataclass
-class RayNode:
-    node_id: str
-    ip: str
-    hostname: str
-    alive: bool
-    is_head: bool = False
+def _resolve(address: str | None) -> str | None:
+    """The address ``ray.init`` would use: ``auto`` resolves through ``RAY_ADDRESS`` or the
+    local node's ``/tmp/ray/ray_current_cluster`` (no network); ``None``: no cluster here."""
+    target = address or os.environ.get("RAY_ADDRESS") or "auto"
+    if target == "auto":
+        try:
+            from ray._private.services import canonicalize_bootstrap_address
 
-    @property
-    def folder(self) -> str:
-        return f"nodes/{self.node_id[:12]}"
-
-
-@dataclass
-class RayWorker:
-    actor_id: str
-    class_name: str
-    name: str | None
-    pid: int | None
-    node_id: str | None
-    state: str
-    ranks: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def rank(self) -> int | None:
-        """The tensor-parallel rank named by the actor (vLLM's ``build_actor_name``)."""
-        for k in ("TP", "DCP", "PCP", "PP", "DP", "EP"):
-            if k in self.ranks:
-                return self.ranks[k]
-        return None
-
-    @property
-    def label(self) -> str:
-        return self.name or f"{self.class_name}:{self.actor_id[:8]}"
+            return canonicalize_bootstrap_address("auto")
+        except Exception:  # e.g. several local clusters: Ray's own message says which
+            return "auto"
+    return target
 
 
-def ranks_from_name(name: str | None) -> dict[str, int]:
-    """``vllm_Worker_ab12_TP3_PP1`` → ``{'TP': 3, 'PP': 1}``."""
-    return {k: int(v) for k, v in _RANK_IN_NAME.findall(name or "")}
+def quiet_ray(debug: bool) -> None:
+    """Keep Ray's C++ core and gRPC from printing warnings into the driver's stderr (and the
+    Python ``ray`` loggers at ERROR) unless ``--debug``."""
+    import logging
 
-
-def _probe(address: str, timeout: float = 5.0) -> None:
-    """Fail fast on an unreachable ``HOST:PORT`` (``ray.init`` itself retries for minutes)."""
-    host, _, port = address.rpartition(":")
-    if "://" in address or not host or not port.isdigit():
+    if debug:
         return
-    try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
-            pass
-    except OSError as exc:
-        raise UserError(f"cannot reach the Ray GCS at {address}: {exc.strerror or exc}",
-                        hint="pass the head's GCS address (`ray status` on the head shows it), "
-                        "e.g. sm120kit collect --ray HEAD_IP:6379") from None
+    for k, v in QUIET_ENV.items():
+        os.environ.setdefault(k, v)
+    for name in ("ray", "ray._private", "ray.util"):
+        logging.getLogger(name).setLevel(logging.ERROR)
 
 
-def connect(address: str | None) -> Any:
-    """Join the cluster as a driver (``auto``: ``RAY_ADDRESS`` or the local node's cluster)."""
+def connect(address: str | None, deadline_s: float = 60.0, *, debug: bool = False) -> Any:
+    """Join the cluster as a driver (``auto``: ``RAY_ADDRESS`` or the local node's cluster),
+    every network step within ``deadline_s``: the address is first asked whether it is a GCS
+    (:func:`~sm120kit.collect.ray_probe.require_gcs`, a child process killed at its deadline),
+    then ``ray.init`` runs in a thread that is given up on at what is left of the deadline."""
     ray = import_ray()
     if ray.is_initialized():
         return ray
-    target = address or os.environ.get("RAY_ADDRESS") or "auto"
+    t0 = time.monotonic()
+    quiet_ray(debug)
+    target = _resolve(address)
+    if target is None:
+        raise UserError("no Ray cluster found on this node (no RAY_ADDRESS, no running `ray start`)",
+                        hint="pass the head's GCS address: sm120kit collect --ray HEAD_IP:6379")
+    if target.startswith(("http://", "https://")):
+        raise UserError(f"{target} is a dashboard URL, not a Ray GCS address", hint=ADDRESS_HINT)
     if target != "auto":
-        _probe(target)
-    try:
-        ray.init(address=target, logging_level="WARNING", log_to_driver=False,
-                 namespace="sm120kit-collect")
-    except (ConnectionError, RuntimeError, ValueError) as exc:
+        require_gcs(target, deadline_s, debug=debug)
+    box: dict[str, BaseException] = {}
+
+    def init() -> None:
+        try:
+            ray.init(address=target, logging_level="DEBUG" if debug else "ERROR",
+                     log_to_driver=False, namespace="sm120kit-collect")
+        except BaseException as exc:
+            box["exc"] = exc
+
+    th = threading.Thread(target=init, name="ray-init", daemon=True)
+    th.start()
+    left = max(1.0, deadline_s - (time.monotonic() - t0))
+    th.join(left)
+    if th.is_alive():
+        raise UserError(f"the Ray GCS at {target} answered, but joining it as a driver did not "
+                        f"finish within the {deadline_s:.0f}s deadline",
+                        hint="check `ray status` on the head and that this Ray version matches "
+                        "the cluster's; --debug shows Ray's own log")
+    exc = box.get("exc")
+    if exc is not None:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UserError(f"cannot connect to the Ray cluster at {target}: {first}",
-                        hint="pass the head's GCS address: sm120kit collect --ray HEAD_IP:6379 "
-                        "(see `ray status`)") from None
+                        hint=ADDRESS_HINT) from None
     return ray
-
-
-def list_nodes(ray: Any) -> list[RayNode]:
-    out = []
-    for n in ray.nodes():
-        res = n.get("Resources") or {}
-        out.append(RayNode(node_id=str(n["NodeID"]), ip=str(n.get("NodeManagerAddress") or ""),
-                           hostname=str(n.get("NodeManagerHostname") or ""),
-                           alive=bool(n.get("Alive")),
-                           is_head="node:__internal_head__" in res))
-    return out
-
-
-def list_workers(worker_classes: tuple[str, ...], timeout: int = 10
-                 ) -> tuple[list[RayWorker], str]:
-    """vLLM worker actors (by class name) and the source used: ``state-api`` (the dashboard's
-    state API) or ``gcs`` (the GCS actor table, when the cluster has no dashboard)."""
-    rows: list[RayWorker] = []
-    try:
-        from ray.util.state import list_actors
-
-        for a in list_actors(detail=True, limit=10000, timeout=timeout,
-                             raise_on_missing_output=False):
-            rows.append(RayWorker(actor_id=a.actor_id, class_name=a.class_name or "",
-                                  name=a.name or None, pid=a.pid, node_id=a.node_id,
-                                  state=str(a.state)))
-        source = "state-api"
-    except Exception:  # no dashboard on the cluster: the GCS table has the same fields
-        import ray._private.state as gcs_state
-
-        rows = []
-        for a in gcs_state.actors().values():
-            addr = a.get("Address") or {}
-            rows.append(RayWorker(actor_id=str(a.get("ActorID")),
-                                  class_name=str(a.get("ActorClassName") or ""),
-                                  name=a.get("Name") or None, pid=a.get("Pid") or None,
-                                  node_id=addr.get("NodeID"), state=str(a.get("State"))))
-        source = "gcs"
-    keep = [w for w in rows if w.class_name in worker_classes or
-            w.class_name.rsplit(".", 1)[-1] in worker_classes]
-    for w in keep:
-        w.ranks = ranks_from_name(w.name)
-    keep.sort(key=lambda w: (w.node_id or "", w.rank if w.rank is not None else 1 << 30))
-    return keep, source
 
 
 # --- on every node ---------------------------------------------------------------------------
@@ -235,9 +200,15 @@ def _node_procs(spec: dict[str, Any], ctx: CollectContext) -> list[Proc]:
             continue
         d.role, d.rank, d.is_python = "worker", w.get("rank"), True
         procs.append(d)
-    if spec.get("discover"):
+    if spec.get("discover"):  # vLLM-titled processes of the cluster's live jobs only
         seen = {p.pid for p in procs}
-        procs += [p for p in discover() if p.pid not in seen and p.pid != os.getpid()]
+        roots = [int(x) for x in spec.get("scope") or []]
+        found = [p for p in discover() if p.pid not in seen and p.pid != os.getpid()]
+        keep = [p for p in found if in_scope(p.pid, roots)]
+        if len(keep) < len(found):
+            ctx.notes.append(f"{len(found) - len(keep)} vLLM-titled process(es) on this node "
+                             "belong to no live job of this Ray cluster: not collected")
+        procs += keep
     return procs
 
 
@@ -308,6 +279,7 @@ class RayOptions:
     worker_classes: tuple[str, ...] = DEFAULT_WORKER_CLASSES
     discover_local: bool = True  # also snapshot vLLM processes found by title on collect's node
     margin_s: float = 4.0  # of --deadline kept for the transfer and the head's writing
+    debug: bool = False  # --debug: Ray's and gRPC's own log lines are not suppressed
 
 
 @dataclass
@@ -319,6 +291,7 @@ class RayCollectResult:
     verdict: list[str]
     seconds: float
     source: str = "state-api"
+    partial: bool = False
 
 
 def _is_binary(rel: str, data: bytes) -> bool:
@@ -347,10 +320,11 @@ def write_node_files(bundle: Bundle, folder: str, files: dict[str, bytes]) -> in
 
 
 def _spec(node: RayNode, workers: list[RayWorker], opts: Options, deadline_s: float,
-          ctx: CollectContext, redact: bool, discover_local: bool) -> dict[str, Any]:
+          ctx: CollectContext, redact: bool, scope: list[int] | None) -> dict[str, Any]:
     return {
         "node_id": node.node_id, "deadline_s": deadline_s, "redact": redact,
-        "reason": ctx.reason, "stall_kind": ctx.stall_kind, "discover": discover_local,
+        "reason": ctx.reason, "stall_kind": ctx.stall_kind, "discover": scope is not None,
+        "scope": scope or [],
         "options": {f.name: getattr(opts, f.name) for f in fields(opts)
                     if f.name not in ("deadline_s", "hooks")},
         "hooks": opts.hooks,  # module-level functions: pickled by reference
@@ -386,11 +360,13 @@ def _node_alive(ray: Any, node_id: str) -> bool:
 
 def gather(ray: Any, bundle: Bundle, nodes: list[RayNode], workers: list[RayWorker],
            opts: Options, ctx: CollectContext, *, deadline: float, redact: bool,
-           discover_node: str | None, on_event: Callable[[str], None] | None = None,
+           scope: dict[str, list[int]] | None = None,
+           on_event: Callable[[str], None] | None = None,
            margin_s: float = 4.0) -> list[NodeOutcome]:
-    """Run :func:`node_snapshot` on every live node (pinned), wait until ``deadline``
-    (``time.monotonic()`` value), write each node's files into ``bundle``; never raises for a
-    node's failure."""
+    """Run :func:`node_snapshot` on every live node of ``nodes`` (pinned), wait until
+    ``deadline`` (``time.monotonic()`` value), write each node's files into ``bundle``; never
+    raises for a node's failure. ``scope``: node id → the pids of the cluster's live jobs there,
+    for the nodes where vLLM-titled processes are also discovered (only within those trees)."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     t0 = time.monotonic()
@@ -405,10 +381,7 @@ def gather(ray: Any, bundle: Bundle, nodes: list[RayNode], workers: list[RayWork
                          is_head=n.is_head, workers=[w.label for w in workers
                                                      if w.node_id == n.node_id])
         outcomes[n.node_id] = oc
-        if not n.alive:
-            oc.error = "node is dead in the cluster table (not collected)"
-            continue
-        spec = _spec(n, workers, opts, node_deadline, ctx, redact, n.node_id == discover_node)
+        spec = _spec(n, workers, opts, node_deadline, ctx, redact, (scope or {}).get(n.node_id))
         ref = remote.options(
             scheduling_strategy=NodeAffinitySchedulingStrategy(n.node_id, soft=False),
             name=f"sm120kit-collect-{n.node_id[:12]}").remote(spec)
@@ -467,6 +440,7 @@ def rank_rows(outcomes: list[NodeOutcome]) -> list[dict[str, Any]]:
         for pid, a in sorted(oc.analysis.items(), key=lambda kv: (
                 kv[1].get("rank") if kv[1].get("rank") is not None else 1 << 30, kv[0])):
             rows.append({"node": oc.folder.split("/", 1)[-1], "pid": int(pid),
+                         "instance": instance_from_name(a.get("label")) or "(not a Ray actor)",
                          "label": a.get("label"), "role": a.get("role"), "rank": a.get("rank"),
                          "state": a.get("state"), "collective": a.get("collective"),
                          "sync": a.get("sync"),
@@ -474,27 +448,73 @@ def rank_rows(outcomes: list[NodeOutcome]) -> list[dict[str, Any]]:
     return rows
 
 
+def _rank_tables(rows: list[dict[str, Any]]) -> list[str]:
+    """One rank table per vLLM instance (two `vllm serve` on one cluster are never merged)."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault(r["instance"], []).append(r)
+    L: list[str] = []
+    for inst, rs in sorted(groups.items()):
+        title = "## Ranks across nodes" + (f" — instance {inst}" if len(groups) > 1 else "")
+        L += ["", title, "", "| node | rank | label | pid | state | where | collective |",
+              "|---|---|---|---|---|---|---|"]
+        for r in rs:
+            L.append(f"| {r['node']} | {'' if r['rank'] is None else r['rank']} | {r['label']} | "
+                     f"{r['pid']} | {r['state']} | {str(r['where'] or '').replace('|', '/')} | "
+                     f"{r['collective'] or r['sync'] or ''} |")
+    return L
+
+
 def render_cluster_summary(bundle: Bundle, outcomes: list[NodeOutcome], verdict: list[str],
                            notes: list[str]) -> str:
     red = bundle.redactor
     L = ["# sm120kit collect bundle (Ray cluster)", "", f"- created: {bundle.meta.get('created')}",
-         f"- nodes: {len(outcomes)}; vLLM worker actors: {sum(len(o.workers) for o in outcomes)}",
-         "", "## Verdict", ""]
+         f"- nodes: {len(outcomes)}; vLLM worker actors: {sum(len(o.workers) for o in outcomes)}"]
+    bad = not_collected(outcomes)
+    if bad:
+        L.append(f"- **partial**: {len(bad)} of {len(outcomes)} node(s) not fully collected: "
+                 + ", ".join(bad))
+    L += ["", "## Verdict", ""]
     L += [f"- {x}" for x in verdict]
     L += ["", "## Nodes", "", "| node | host | status | seconds | workers | error |",
           "|---|---|---|---|---|---|"]
     for oc in outcomes:
         L.append(f"| {oc.folder} | {red.text(oc.hostname)} ({red.text(oc.ip)}) | {oc.status} | "
                  f"{oc.seconds} | {len(oc.workers)} | {red.text(oc.error or '')[:200]} |")
-    L += ["", "## Ranks across nodes", "", "| node | rank | label | pid | state | where | collective |",
-          "|---|---|---|---|---|---|---|"]
-    for r in rank_rows(outcomes):
-        L.append(f"| {r['node']} | {'' if r['rank'] is None else r['rank']} | {r['label']} | "
-                 f"{r['pid']} | {r['state']} | {str(r['where'] or '').replace('|', '/')} | "
-                 f"{r['collective'] or r['sync'] or ''} |")
+    L += _rank_tables(rank_rows(outcomes))
     if notes:
         L += ["", "## Notes", ""] + [f"- {n}" for n in notes]
     return "\n".join(L) + "\n"
+
+
+def not_collected(outcomes: list[NodeOutcome]) -> list[str]:
+    """``folder (status)`` of every node that is ``lost``, ``timeout`` or ``error``."""
+    return [f"{oc.folder} ({oc.status})" for oc in outcomes if oc.status != "ok"]
+
+
+def mark_partial(bundle: Bundle, outcomes: list[NodeOutcome]) -> bool:
+    """``partial: true`` at the manifest's top level when a node is not fully collected."""
+    bad = not_collected(outcomes)
+    bundle.meta["partial"] = bool(bad)
+    if bad:
+        bundle.meta["partial_nodes"] = bad
+    return bool(bad)
+
+
+def _record_view(bundle: Bundle, ctx: CollectContext, ropts: RayOptions,
+                 view: ClusterView) -> None:
+    """``ray/cluster.json`` (now and history) and the notes about what is not collected."""
+    bundle.write_json("ray/cluster.json", {
+        "address": bundle.redactor.text(str(ropts.address or "auto")),
+        "worker_classes": list(ropts.worker_classes), **view.to_json()})
+    if not view.workers:
+        ctx.notes.append(f"no live actor of class {'/'.join(ropts.worker_classes)} in a live job "
+                         "of the cluster (pass --ray-worker-class); every live node was still "
+                         "collected")
+    if view.dead_nodes or view.history:
+        ctx.notes.append(f"cluster history, not collected: {len(view.dead_nodes)} dead node(s), "
+                         f"{len(view.history)} dead or finished-job worker actor(s) "
+                         "(ray/cluster.json → history)")
 
 
 def gather_into(bundle: Bundle, ropts: RayOptions, opts: Options, ctx: CollectContext, *,
@@ -509,24 +529,23 @@ def gather_into(bundle: Bundle, ropts: RayOptions, opts: Options, ctx: CollectCo
     outcomes: list[NodeOutcome] = []
     workers: list[RayWorker] = []
     try:
-        ray = connect(ropts.address)
-        nodes = list_nodes(ray)
-        workers, source = list_workers(
-            ropts.worker_classes, timeout=max(1, min(10, int(deadline - time.monotonic()) // 3)))
-        me = ray.get_runtime_context().get_node_id() if ropts.discover_local else None
-        bundle.write_json("ray/cluster.json", {
-            "address": bundle.redactor.text(str(ropts.address or "auto")), "actors_source": source,
-            "worker_classes": list(ropts.worker_classes),
-            "nodes": [{**asdict(n), "folder": n.folder} for n in nodes],
-            "workers": [{**asdict(w), "rank": w.rank, "label": w.label} for w in workers]})
-        if not workers:
-            ctx.notes.append(f"no actor of class {'/'.join(ropts.worker_classes)} in the cluster "
-                             "(pass --ray-worker-class); every node was still collected")
-        outcomes = gather(ray, bundle, nodes, workers, opts, ctx, deadline=deadline,
-                          redact=redact, discover_node=me, on_event=on_event,
-                          margin_s=ropts.margin_s)
+        ray = connect(ropts.address, max(1.0, deadline - time.monotonic()), debug=ropts.debug)
+        view = cluster_view(ray, ropts.worker_classes,
+                            timeout=max(1, min(10, int(deadline - time.monotonic()) // 3)))
+        workers = view.workers
+        _record_view(bundle, ctx, ropts, view)
+        scope = None
+        if ropts.discover_local:
+            me = ray.get_runtime_context().get_node_id()
+            scope = {n.node_id: scope_pids(view, n) for n in view.nodes if n.node_id == me}
+        outcomes = gather(ray, bundle, view.nodes, workers, opts, ctx, deadline=deadline,
+                          redact=redact, scope=scope, on_event=on_event, margin_s=ropts.margin_s)
         bundle.meta["ray"] = {"nodes": [oc.to_manifest(bundle.redactor) for oc in outcomes],
-                              "workers": len(workers), "actors_source": source}
+                              "workers": len(workers), "actors_source": view.source,
+                              "instances": instances(workers),
+                              "history": {"dead_nodes": len(view.dead_nodes),
+                                          "dead_workers": len(view.history)}}
+        mark_partial(bundle, outcomes)
         rec.status = "ok"
         rec.detail = ", ".join(f"{oc.folder}: {oc.status}" for oc in outcomes)
         rec.files = ["ray/cluster.json"] + [oc.folder + "/" for oc in outcomes]
@@ -550,7 +569,7 @@ def collect_ray(out_dir: Path, ropts: RayOptions, *, deadline_s: float, redact: 
                 on_event: Callable[[str], None] | None = None) -> RayCollectResult:
     """``collect --ray [ADDRESS]``: one bundle of every node, now. Never signals anything."""
     t0 = time.monotonic()
-    connect(ropts.address)  # an unreachable cluster is bad input: no empty bundle
+    connect(ropts.address, deadline_s, debug=ropts.debug)  # bad address: no empty bundle
     opts = options or Options()
     opts.deadline_s = deadline_s
     ctx = CollectContext(mode="ray", reason="ray: snapshot requested", stall_kind="requested")
@@ -564,7 +583,8 @@ def collect_ray(out_dir: Path, ropts: RayOptions, *, deadline_s: float, redact: 
     finally:
         tb = finish(bundle, outcomes, ctx, opts.hooks)
     return RayCollectResult(bundle.root, tb, outcomes, workers,
-                            list(bundle.meta.get("verdict") or []), round(time.monotonic() - t0, 3))
+                            list(bundle.meta.get("verdict") or []), round(time.monotonic() - t0, 3),
+                            partial=bool(not_collected(outcomes)))
 
 
 def finish(bundle: Bundle, outcomes: list[NodeOutcome], ctx: CollectContext,
@@ -614,5 +634,6 @@ def remote_gather(ropts: RayOptions, *, redact: bool,
 
 
 __all__ = ["DEFAULT_WORKER_CLASSES", "NodeOutcome", "RayCollectResult", "RayNode", "RayOptions",
-           "RayWorker", "collect_ray", "gather", "gather_into", "import_ray",
+           "RayWorker", "collect_ray", "gather", "gather_into", "import_ray", "instances",
+           "mark_partial", "not_collected",
            "node_snapshot", "rank_rows", "ranks_from_name", "remote_gather"]

@@ -54,6 +54,51 @@ class DcpWarmupRank:
         return RankRun(cfg, self.rank, self.world, Reporter(self.rank, fd)).run(init_method)
 
 
+class IdleRank:
+    """A rank actor that only waits (a served, idle vLLM worker): for the tests of what counts as
+    a rank (live actors of live jobs, per instance), where no collective is needed."""
+
+    def where(self) -> dict[str, Any]:
+        import ray
+
+        return {"pid": os.getpid(), "node_id": ray.get_runtime_context().get_node_id()}
+
+    def spawn_titled(self, title: str) -> int:
+        """A child process of this actor titled like a vLLM process (argv[0] = ``title``, as
+        setproctitle shows it): part of this job's tree."""
+        import subprocess
+
+        p = subprocess.Popen(["bash", "-c", f'exec -a "{title}" "{sys.executable}" -c '
+                              '"import time; time.sleep(600)"'], start_new_session=False)
+        return p.pid
+
+
+def start_idle(instance: str, world: int, node_ids: list[str]) -> tuple[list[Any], dict[int, Any]]:
+    """``world`` :class:`IdleRank` actors named like vLLM's workers of ``instance``, rank r on
+    ``node_ids[r % len]``; returns (actors, rank → where it runs)."""
+    import ray
+    import ray.cloudpickle
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    cls = ray.remote(num_cpus=0)(IdleRank)
+    actors = [cls.options(
+        name=f"vllm_Worker_{instance}_TP{r}",
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node_ids[r % len(node_ids)], soft=False),
+    ).remote() for r in range(world)]
+    return actors, dict(enumerate(ray.get([a.where.remote() for a in actors], timeout=120)))
+
+
+def finished_job(address: str, node_ids: list[str], instance: str = "old") -> None:
+    """An earlier job: a driver that places rank actors on ``node_ids`` and exits (its actors die
+    with it and stay in the GCS actor table as DEAD). Run in its own process."""
+    import ray
+
+    ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+    start_idle(instance, len(node_ids), node_ids)
+    ray.shutdown()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

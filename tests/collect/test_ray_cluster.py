@@ -55,6 +55,7 @@ def _stall_and_collect(n_nodes: int, world: int, stall_rank: int, tmp: Path,
         took = time.monotonic() - t0
         assert p.returncode == 0, err[-3000:]
         tb = only_bundle(tmp / "out")
+        assert json.loads(read_tarball(tb)["manifest.json"])["partial"] is False
         print(f"\n{n_nodes} nodes, {world} ranks: command to bundle {took:.1f}s")
         return {"c": c, "nodes": nodes, "where": where, "tb": tb, "files": read_tarball(tb),
                 "took": took, "stderr": err}
@@ -159,11 +160,16 @@ def test_three_nodes_stall_then_a_node_lost_during_collect(tmp_path: Path) -> No
         c.remove_node(victim, allow_graceful=False)
         p.wait(timeout=120)
         th.join(5)
-        assert p.returncode == 0, "".join(seen)[-3000:]
-        man = json.loads(read_tarball(only_bundle(tmp_path / "out2"))["manifest.json"])
+        # a bundle with a lost node is partial: exit 1, `partial: true`, a summary line
+        assert p.returncode == 1, "".join(seen)[-3000:]
+        assert any(ln.startswith("partial: not fully collected:") for ln in seen), seen[-20:]
+        files2 = read_tarball(only_bundle(tmp_path / "out2"))
+        man = json.loads(files2["manifest.json"])
         st = {n["node_id"]: n["status"] for n in man["ray"]["nodes"]}
         assert st[nodes[1]] == "lost", man["ray"]["nodes"]
         assert st[nodes[0]] == "ok" and st[nodes[2]] == "ok", st
+        assert man["partial"] is True and man["partial_nodes"] == [f"nodes/{nodes[1][:12]} (lost)"]
+        assert "**partial**: 1 of 3 node(s)" in files2["summary.md"].decode()
         print("lost node:", next(n["error"] for n in man["ray"]["nodes"] if n["status"] == "lost"))
         d2 = _diagnose(only_bundle(tmp_path / "out2"))
         lost = [f for f in d2["findings"] if f["rule"] == "node-lost"]

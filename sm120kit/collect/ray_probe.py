@@ -1,0 +1,134 @@
+"""Is ``HOST:PORT`` a Ray GCS?  Answered within a deadline, before ``ray.init`` is ever called.
+
+``ray.init(address=...)`` has no time limit of its own: against a TCP listener that never speaks
+it blocks for minutes, against a dashboard (HTTP) port or another gRPC server (the node agent's)
+it retries for tens of seconds to minutes while Ray's C++ core prints warnings. So ``collect
+--ray`` asks the address one question first: the GCS's ``NodeInfoGcsService/GetClusterId`` RPC
+(an empty request; every GCS since Ray 2.7 answers it), over plain gRPC with a call deadline.
+
+* a reply → a GCS (the reply bytes are not interpreted);
+* ``UNIMPLEMENTED`` → a gRPC server that is not a GCS (e.g. a raylet or the dashboard agent);
+* no answer by the deadline, or a peer that does not speak HTTP/2 (a silent listener, an HTTP/1
+  dashboard port) → not a GCS.
+
+The probe runs in a child process (``python -m sm120kit.collect.ray_probe HOST:PORT SECONDS``)
+killed at the deadline, so neither a stuck gRPC channel nor gRPC's own log lines reach the
+collecting process; with ``--debug`` the child's stderr is passed through. Nothing here imports
+``ray``: only ``grpc`` (a dependency of Ray), and only in the child.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+from sm120kit.errors import UserError
+
+GCS_METHOD = "/ray.rpc.NodeInfoGcsService/GetClusterId"
+ADDRESS_HINT = ("pass the head's GCS address (`ray status` on the head shows it; the GCS port is "
+                "6379 by default, not the dashboard's 8265), e.g. sm120kit collect --ray HEAD_IP:6379")
+
+PROBE_CAP_S = 8.0
+#: environment that keeps Ray's and gRPC's C++ cores quiet (set unless --debug)
+QUIET_ENV = {"RAY_BACKEND_LOG_LEVEL": "fatal", "GRPC_VERBOSITY": "NONE", "GLOG_minloglevel": "3",
+             "RAY_LOG_TO_STDERR": "0"}
+
+
+@dataclass
+class ProbeResult:
+    ok: bool
+    kind: str  # gcs | refused | silent | not-grpc | not-gcs | error
+    detail: str
+    seconds: float
+
+
+def split_address(address: str) -> tuple[str, int] | None:
+    """``HOST:PORT`` (``[v6]:PORT`` too) → (host, port); ``None`` for anything else
+    (``ray://``, ``auto``, a bare host)."""
+    host, _, port = address.rpartition(":")
+    if "://" in address or not host or not port.isdigit():
+        return None
+    return host.strip("[]"), int(port)
+
+
+def _grpc_ask(target: str, timeout: float) -> tuple[str, str]:
+    """In the child: one GCS RPC; (kind, detail)."""
+    import grpc
+
+    ident = lambda b: b  # noqa: E731  (raw bytes both ways: no Ray protobufs needed)
+    with grpc.insecure_channel(target, options=[("grpc.enable_retries", 0)]) as ch:
+        call = ch.unary_unary(GCS_METHOD, request_serializer=ident, response_deserializer=ident)
+        try:
+            call(b"", timeout=timeout, wait_for_ready=False)
+        except grpc.RpcError as exc:
+            code = exc.code() if hasattr(exc, "code") else None
+            text = (exc.details() if hasattr(exc, "details") else "") or ""
+            if code == grpc.StatusCode.UNIMPLEMENTED:
+                return "not-gcs", "a gRPC server that does not serve the Ray GCS API"
+            if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+                return "silent", f"no gRPC answer within {timeout:.0f}s"
+            return "not-grpc", f"{code.name if code else 'error'}: {text[:160]}"
+    return "gcs", "answered the GCS GetClusterId call"
+
+
+def _main(argv: list[str]) -> int:
+    target, timeout = argv[0], float(argv[1])
+    try:
+        kind, detail = _grpc_ask(target, timeout)
+    except ImportError as exc:
+        kind, detail = "error", f"grpc is not importable: {exc}"
+    sys.stdout.write(f"{kind}\t{detail}\n")
+    return 0
+
+
+def _tcp(host: str, port: int, timeout: float) -> str | None:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return None
+    except OSError as exc:
+        return str(exc.strerror or exc)
+
+
+def probe(address: str, deadline_s: float, *, debug: bool = False) -> ProbeResult:
+    """Ask ``address`` whether it is a Ray GCS, all within ``deadline_s`` seconds."""
+    t0 = time.monotonic()
+    hp = split_address(address)
+    if hp is None:
+        return ProbeResult(True, "gcs", "not a HOST:PORT address: left to Ray", 0.0)
+    host, port = hp
+    err = _tcp(host, port, min(5.0, deadline_s))
+    if err is not None:
+        return ProbeResult(False, "refused", err, round(time.monotonic() - t0, 3))
+    # a live GCS answers in milliseconds: a silent peer is refused in seconds, not at --deadline
+    left = min(PROBE_CAP_S, max(0.5, deadline_s - (time.monotonic() - t0)))
+    target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    env = dict(os.environ) if debug else {**os.environ, **QUIET_ENV}
+    cmd = [sys.executable, "-m", "sm120kit.collect.ray_probe", target, f"{max(0.5, left - 0.5):.2f}"]
+    try:
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=None if debug else subprocess.DEVNULL,
+                           text=True, timeout=left, env=env)
+        kind, _, detail = r.stdout.strip().partition("\t")
+    except subprocess.TimeoutExpired:  # subprocess.run kills the child
+        kind, detail = "silent", f"no answer within {left:.0f}s"
+    if not kind:
+        kind, detail = "error", "the probe gave no answer"
+    return ProbeResult(kind == "gcs", kind, detail, round(time.monotonic() - t0, 3))
+
+
+def require_gcs(address: str, deadline_s: float, *, debug: bool = False) -> ProbeResult:
+    """:func:`probe`, raising one :class:`UserError` (exit 2) when the answer is not a GCS."""
+    res = probe(address, deadline_s, debug=debug)
+    if res.ok:
+        return res
+    if res.kind == "refused":
+        raise UserError(f"cannot reach the Ray GCS at {address}: {res.detail}", hint=ADDRESS_HINT)
+    raise UserError(f"{address} is not a Ray GCS ({res.kind}: {res.detail}; "
+                    f"checked in {res.seconds:.1f}s)", hint=ADDRESS_HINT)
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))
