@@ -130,4 +130,6 @@ def test_frozen_hashes_match() -> None:
 def test_mix_of_outcomes() -> None:
     benign = sum(e["outcome"] != "failure" for e in MANIFEST)
     assert benign >= len(MANIFEST) // 6, "a held-out set needs healthy / progressing starts"
-    assert sum(e["established_cause"] is not None for e in MANIFEST) >= len(MANIFEST) // 10
+    # the second collection round appended logs chosen for an established cause: 13 of 64 (20 %)
+    # at that freeze; the floor keeps a later change from quietly dropping causes
+    assert sum(e["established_cause"] is not None for e in MANIFEST) >= len(MANIFEST) // 5
