@@ -35,7 +35,7 @@ OUTCOMES = ("failure", *BENIGN)
 QUOTE_BY = ("maintainer", "reporter", "contributor")
 CAUSE_KEYS = {"summary", "category", "fix", "quote", "quote_url", "quote_by"}
 CONFIG_KEYS = {"tp", "dcp", "mtp", "model"}
-MIN_LOGS, MIN_CAUSE, MIN_BENIGN = 70, 30, 15  # floors: the corpus only grows
+MIN_LOGS, MIN_CAUSE, MIN_BENIGN = 90, 48, 20  # floors: the corpus only grows
 _THREAD = re.compile(r"^https://github\.com/([^/\s]+/[^/\s#?]+)/(?:issues|pull|discussions)/(\d+)")
 
 
