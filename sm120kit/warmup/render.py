@@ -130,14 +130,14 @@ def render_result(res: RunResult, con: Any) -> None:
 class LiveProgress:
     """Per-rank phase table on a TTY (rich Live on stderr); logs print above it."""
 
-    def __init__(self, world: int) -> None:
+    def __init__(self, dcp: int) -> None:
         from rich.console import Console
         from rich.live import Live
 
         self.console = Console(stderr=True, highlight=False)
         self.t0 = time.monotonic()
         self.live = Live(console=self.console, refresh_per_second=8, transient=True)
-        self.world = world
+        self.dcp = dcp
 
     def __enter__(self) -> LiveProgress:
         self.live.__enter__()
@@ -150,7 +150,7 @@ class LiveProgress:
         from rich.table import Table
 
         now = time.monotonic()
-        t = Table(title=f"warmup DCP {self.world}  {now - self.t0:.1f}s", box=None)
+        t = Table(title=f"warmup DCP {self.dcp}  {now - self.t0:.1f}s", box=None)
         for col in ("rank", "pid", "phase", "state", "quiet s"):
             t.add_column(col)
         for s in states:

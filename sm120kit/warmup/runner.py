@@ -193,7 +193,6 @@ class WarmupSupervisor:
         os.set_blocking(r, False)
         spec = {
             "config": self.cfg.to_json(),
-            "world": self.cfg.dcp,
             "fd": w,
             "parent_pid": os.getpid(),
             "result_dir": str(self.tmp),
@@ -589,17 +588,17 @@ def run_under_torchrun(cfg: RunConfig, *, on_log: LogCallback | None = None) -> 
 
     cfg.validate()
     rank = int(os.environ["RANK"])
-    world = int(os.environ["WORLD_SIZE"])
-    if world != cfg.dcp:
+    world_size = int(os.environ["WORLD_SIZE"])
+    if world_size != cfg.dcp:
         raise UserError(
-            f"torchrun WORLD_SIZE {world} != --dcp {cfg.dcp}", hint="start --nproc-per-node=DCP"
+            f"torchrun WORLD_SIZE {world_size} != --dcp {cfg.dcp}", hint="start --nproc-per-node=DCP"
         )
     if cfg.device == "cuda" and "LOCAL_RANK" in os.environ:
         import torch
 
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
     rep = Reporter(rank, None)
-    run = RankRun(cfg, rank, world, rep)
+    run = RankRun(cfg, rank, rep)
 
     def watchdog() -> None:
         while True:
@@ -619,26 +618,26 @@ def run_under_torchrun(cfg: RunConfig, *, on_log: LogCallback | None = None) -> 
     threading.Thread(target=watchdog, name="warmup-watchdog", daemon=True).start()
     t0 = time.monotonic()
     res = run.run("env://")
-    gathered = _gather_json(res, world, run.device)
+    gathered = _gather_json(res, cfg.dcp, run.device)
     dist.destroy_process_group()
     if rank != 0:
         return None
     return _summarize(cfg, gathered, time.monotonic() - t0)
 
 
-def _gather_json(obj: Any, world: int, device: Any) -> list[Any]:
+def _gather_json(obj: Any, dcp: int, device: Any) -> list[Any]:
     """``all_gather_object`` without numpy: JSON bytes in a padded uint8 tensor."""
     import torch
     import torch.distributed as dist
 
     data = torch.tensor(list(json.dumps(obj).encode()), dtype=torch.uint8, device=device)
     size = torch.tensor([data.numel()], dtype=torch.int64, device=device)
-    sizes = [torch.zeros_like(size) for _ in range(world)]
+    sizes = [torch.zeros_like(size) for _ in range(dcp)]
     dist.all_gather(sizes, size)
     width = int(max(int(x) for x in sizes))
     padded = torch.zeros(width, dtype=torch.uint8, device=device)
     padded[: data.numel()] = data
-    bufs = [torch.zeros_like(padded) for _ in range(world)]
+    bufs = [torch.zeros_like(padded) for _ in range(dcp)]
     dist.all_gather(bufs, padded)
     return [
         json.loads(bytes(b[: int(n)].cpu().tolist()).decode())
