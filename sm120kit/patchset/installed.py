@@ -602,25 +602,17 @@ def apply_installed(
     """Patch the installed vLLM (:func:`_apply_installed`), then check the FlashInfer installed
     beside it against the target's requirement (0.25.x: the pin lacks the SM120 API)."""
     series = series or load_series()
-    res = _apply_installed(alias, python, state_dir, dry_run, series=series,
-                           allow_download=allow_download)
+    res = _apply_installed(series, alias, python, state_dir, dry_run, allow_download)
     target = series.targets.get(res.alias)
     if target is not None:
         res.requirement = check_installed(target, [str(res.installed.root)])
     return res
 
 
-def _apply_installed(
-    alias: str | None = None,
-    python: str | None = None,
-    state_dir: str | Path | None = None,
-    dry_run: bool = False,
-    *,
-    series: Series | None = None,
-    allow_download: bool = True,
-) -> InstalledApplyResult:
+def _apply_installed(series: Series, alias: str | None, python: str | None,
+                     state_dir: str | Path | None, dry_run: bool,
+                     allow_download: bool) -> InstalledApplyResult:
     """Patch the vLLM installed for ``python`` in place (see the module docstring)."""
-    series = series or load_series()
     inst = locate(python)
     alias = _resolve_alias(series, inst, alias)
     target, variant = series.variant_for(alias)

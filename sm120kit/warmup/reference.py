@@ -42,19 +42,18 @@ def _remap(
     req_id: torch.Tensor,
     block_table: torch.Tensor,
     token_indices: torch.Tensor,
-    *,
-    block_size: int,
-    block_stride_rows: int,
-    dcp_size: int,
-    dcp_rank: int,
-    interleave: int,
+    layout: tuple[int, int | None, int, int, int],
     compact: bool,
+    *,
     idx_mapping: torch.Tensor | None = None,
     prefill_request_ids: torch.Tensor | None = None,
     prefill_starts: torch.Tensor | None = None,
     prefill_rank_stride: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Vectorized semantics of vLLM's ``sparse_mla_index_remap_kernel`` (int32 in, int32 out).
+
+    ``layout`` = ``(block_size, block_stride_rows or None for block_size, dcp_size, dcp_rank,
+    interleave)``.
 
     Per slot: ``-1`` stays ``-1``; a slot whose owner ``(t // I) % N`` is another rank, or whose
     local block ``local // B`` lies outside the block table row, becomes ``-1``; otherwise it
@@ -66,6 +65,8 @@ def _remap(
     """
     import torch
 
+    block_size, stride, dcp_size, dcp_rank, interleave = layout
+    block_stride_rows = stride if stride is not None else block_size
     tok = token_indices.to(torch.int64)
     neg = tok < 0
     t = tok.clamp(min=0)
@@ -128,17 +129,8 @@ def filter_and_convert_dcp_index(
         raise ValueError(f"bad dcp rank {dcp_rank} for dcp size {dcp_size}")
     if block_size % interleave:
         raise ValueError(f"block size {block_size} must be divisible by interleave {interleave}")
-    return _remap(
-        req_id_per_token,
-        block_table,
-        token_indices,
-        block_size=block_size,
-        block_stride_rows=block_stride_rows if block_stride_rows is not None else block_size,
-        dcp_size=dcp_size,
-        dcp_rank=dcp_rank,
-        interleave=interleave,
-        compact=True,
-    )
+    layout = (block_size, block_stride_rows, dcp_size, dcp_rank, interleave)
+    return _remap(req_id_per_token, block_table, token_indices, layout, True)
 
 
 def triton_convert_req_index_to_global_index_ref(
@@ -182,16 +174,13 @@ def triton_convert_req_index_to_global_index_ref(
         assert prefill_workspace_starts is not None
         assert prefill_workspace_request_ids.dtype == torch.int32
         assert prefill_workspace_starts.dtype == torch.int32
+    layout = (BLOCK_SIZE, BLOCK_STRIDE_ROWS, dcp_size, dcp_rank, cp_kv_cache_interleave_size)
     phys, counts = _remap(
         req_id,
         block_table,
         token_indices,
-        block_size=BLOCK_SIZE,
-        block_stride_rows=BLOCK_STRIDE_ROWS if BLOCK_STRIDE_ROWS is not None else BLOCK_SIZE,
-        dcp_size=dcp_size,
-        dcp_rank=dcp_rank,
-        interleave=cp_kv_cache_interleave_size,
-        compact=return_valid_counts,
+        layout,
+        return_valid_counts,
         idx_mapping=idx_mapping,
         prefill_request_ids=prefill_workspace_request_ids if HAS_PREFILL_WORKSPACE else None,
         prefill_starts=prefill_workspace_starts if HAS_PREFILL_WORKSPACE else None,
@@ -254,17 +243,8 @@ def triton_filter_and_convert_dcp_index_ref(
             BLOCK_N=BLOCK_N,
             return_valid_counts=return_valid_counts,
         )
-    phys, counts = _remap(
-        req_id,
-        block_table,
-        token_indices,
-        block_size=BLOCK_SIZE,
-        block_stride_rows=BLOCK_STRIDE_ROWS if BLOCK_STRIDE_ROWS is not None else BLOCK_SIZE,
-        dcp_size=dcp_size,
-        dcp_rank=dcp_rank,
-        interleave=cp_kv_cache_interleave_size,
-        compact=compact_valid_to_front,
-    )
+    layout = (BLOCK_SIZE, BLOCK_STRIDE_ROWS, dcp_size, dcp_rank, cp_kv_cache_interleave_size)
+    phys, counts = _remap(req_id, block_table, token_indices, layout, compact_valid_to_front)
     if return_valid_counts:
         return phys, counts
     return phys
