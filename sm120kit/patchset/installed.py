@@ -857,6 +857,32 @@ def status_installed(
     return InstalledStatusResult(status, inst, sdir, state, files, [], msg)
 
 
+def _revert_step(root: Path, sdir: Path, f: dict[str, Any],
+                 force: bool) -> tuple[dict[str, Any], bytes, str]:
+    """(state entry, original bytes from the checked backup, the file's state before:
+    patched | original | modified | missing); refuses a changed file unless ``force``."""
+    path = root / f["path"]
+    backup = sdir / f["backup"]
+    data = backup.read_bytes() if backup.is_file() else None
+    if data is None or sha256_bytes(data) != f["original_sha256"]:
+        raise UserError(
+            f"backup {backup} is missing or damaged (expected sha256 {f['original_sha256']})",
+            hint="reinstall vllm to get the original files back",
+        )
+    cur = _sha256_path(path)
+    if cur == f["new_sha256"]:
+        return f, data, "patched"
+    if cur == f["original_sha256"]:
+        return f, data, "original"
+    if not force:
+        raise UserError(
+            f"{path} was changed after sm120kit applied the series: sha256 {cur}, "
+            f"expected {f['new_sha256']}",
+            hint="nothing was restored; pass --force to overwrite it with the original",
+        )
+    return f, data, "modified" if cur else "missing"
+
+
 def revert_installed(
     python: str | None = None,
     state_dir: str | Path | None = None,
@@ -871,30 +897,7 @@ def revert_installed(
             f"no sm120kit state in {sdir}: nothing to revert",
             hint="pass the --state-dir used at apply time",
         )
-    plan: list[tuple[dict[str, Any], bytes, str]] = []
-    for f in state["files"]:
-        path = inst.root / f["path"]
-        backup = sdir / f["backup"]
-        data = backup.read_bytes() if backup.is_file() else None
-        if data is None or sha256_bytes(data) != f["original_sha256"]:
-            raise UserError(
-                f"backup {backup} is missing or damaged (expected sha256 {f['original_sha256']})",
-                hint="reinstall vllm to get the original files back",
-            )
-        cur = _sha256_path(path)
-        if cur == f["new_sha256"]:
-            before = "patched"
-        elif cur == f["original_sha256"]:
-            before = "original"
-        else:
-            before = "modified" if cur else "missing"
-            if not force:
-                raise UserError(
-                    f"{path} was changed after sm120kit applied the series: sha256 {cur}, "
-                    f"expected {f['new_sha256']}",
-                    hint="nothing was restored; pass --force to overwrite it with the original",
-                )
-        plan.append((f, data, before))
+    plan = [_revert_step(inst.root, sdir, f, force) for f in state["files"]]
     for d in sorted({(inst.root / f["path"]).parent for f, _, _ in plan}):
         _probe_writable(d)
     _probe_writable(sdir)
