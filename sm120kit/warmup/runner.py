@@ -390,23 +390,9 @@ class WarmupSupervisor:
             now = time.monotonic()
             if self.on_update:
                 self.on_update(self.states)
-            failed = [s for s in self.states if s.error]
-            if failed:
-                s = failed[0]
-                msg = f"rank {s.rank} failed in phase {s.phase}: {s.error}"
-                # a peer that died without a word is the likelier cause (gloo then errors here)
-                dead = [
-                    d for d in self.states
-                    if d.pid is not None and not d.done and not d.error and not _alive(d.pid)
-                ]  # fmt: skip
-                if dead:
-                    d = dead[0]
-                    return "error", (
-                        d.rank,
-                        f"rank {d.rank} (pid {d.pid}) died in phase {d.phase} without an error "
-                        f"report; then {msg}",
-                    )
-                return "error", (s.rank, msg)
+            failure = self._reported_failure()
+            if failure is not None:
+                return "error", failure
             if all(s.done for s in self.states):
                 results = [json.loads(Path(s.result_path or "").read_text()) for s in self.states]
                 return "ok", results
@@ -435,6 +421,26 @@ class WarmupSupervisor:
             live = [s for s in self.states if not s.done]
             if live and all(now - s.last_progress > self._limit(s) for s in live):
                 return "stall", self.stall_report(now)
+
+    def _reported_failure(self) -> tuple[int, str] | None:
+        """(rank, message) for the first rank that reported an error; a peer that died without
+        a word is named instead, as the likelier cause (gloo then errors in the reporter)."""
+        failed = [s for s in self.states if s.error]
+        if not failed:
+            return None
+        s = failed[0]
+        msg = f"rank {s.rank} failed in phase {s.phase}: {s.error}"
+        dead = [
+            d for d in self.states
+            if d.pid is not None and not d.done and not d.error and not _alive(d.pid)
+        ]  # fmt: skip
+        if dead:
+            d = dead[0]
+            return d.rank, (
+                f"rank {d.rank} (pid {d.pid}) died in phase {d.phase} without an error "
+                f"report; then {msg}"
+            )
+        return s.rank, msg
 
     def _dead_rank(self, now: float) -> RankState | None:
         """A started rank whose process is gone for a second without a result or an error
