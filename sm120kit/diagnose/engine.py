@@ -24,7 +24,7 @@ from sm120kit.evidence.bundle_reader import READ_ERRORS, BundleReader, looks_lik
 from sm120kit.evidence.kv import capacity as kv_capacity
 from sm120kit.evidence.logs.analyze import LogAnalysis
 from sm120kit.evidence.phases import PHASE_INDEX
-from sm120kit.evidence.stacks import blocking_call
+from sm120kit.evidence.stacks import blocking_call, parse_faulthandler
 from sm120kit.facts.modelconfig import load_config
 
 
@@ -125,7 +125,6 @@ def _stack_view(pid: int, body: dict[str, Any], source: str, procs: dict[str, An
 
 
 _FH_FILE = re.compile(r"VLLM_STACK_DUMP_for_(?P<kind>worker|engine)_(?P<rank>\d+)_(?P<pid>\d+)")
-_FH_FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<name>\S+)')
 
 
 def _faulthandler_view(name: str, text: str, analysis: dict[str, Any]) -> StackView | None:
@@ -135,17 +134,7 @@ def _faulthandler_view(name: str, text: str, analysis: dict[str, Any]) -> StackV
     if not m or not text:
         return None
     last = text.rsplit(">>> Call stack dump", 1)[-1]
-    threads: list[list[dict[str, Any]]] = []
-    for line in last.splitlines():
-        if line.startswith(("Thread 0x", "Current thread 0x")):
-            threads.append([])
-            continue
-        fm = _FH_FRAME.match(line)
-        if fm and threads:
-            fn = fm.group("file")
-            threads[-1].append({"name": fm.group("name"), "filename": fn,
-                                "short_filename": "/".join(fn.split("/")[-2:]),
-                                "line": int(fm.group("line"))})
+    threads = [t["frames"] for t in parse_faulthandler(last)]
     if not threads:
         return None
     main = next((t for t in threads if any("busy_loop" in f["name"] or "run_engine_core" in

@@ -12,10 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sm120kit.errors import ExitCode
-from sm120kit.report import to_jsonable
+from sm120kit.report import STATUS_RANK, to_jsonable
 
 SCHEMA = 1
-STATUS_RANK = {"fail": 0, "error": 1, "warn": 2, "skip": 3, "ok": 4}
 
 
 @dataclass

@@ -14,8 +14,7 @@ from sm120kit.doctor.model import CheckResult, DoctorReport, Outcome
 from sm120kit.doctor.plan import PlanFlags, log_capacity, make_plan
 from sm120kit.doctor.registry import Check, all_checks
 from sm120kit.errors import UserError
-
-STATUSES = ("ok", "warn", "fail", "skip", "error")
+from sm120kit.report import STATUSES
 
 
 def run_one(chk: Check, ctx: DoctorContext, timeout: float | None = None) -> CheckResult:

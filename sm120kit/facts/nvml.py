@@ -291,6 +291,23 @@ def _gpu(seam: NvmlSeam, idx: int, phys: int, h: Any, uuid: str | None) -> GpuIn
     cc = get("compute_capability", "nvmlDeviceGetCudaComputeCapability", h)
     if cc is not None:
         g.compute_capability = (int(cc[0]), int(cc[1]))
+    _gpu_memory(g, get, seam, h)
+    _gpu_clocks(g, get, seam, h)
+    g.pcie_gen_current = get("pcie_gen_current", "nvmlDeviceGetCurrPcieLinkGeneration", h)
+    g.pcie_gen_max = get("pcie_gen_max", "nvmlDeviceGetMaxPcieLinkGeneration", h)
+    g.pcie_gen_gpu_max = get("pcie_gen_gpu_max", "nvmlDeviceGetGpuMaxPcieLinkGeneration", h)
+    g.pcie_width_current = get("pcie_width_current", "nvmlDeviceGetCurrPcieLinkWidth", h)
+    g.pcie_width_max = get("pcie_width_max", "nvmlDeviceGetMaxPcieLinkWidth", h)
+    g.pcie_replay_counter = get("pcie_replay_counter", "nvmlDeviceGetPcieReplayCounter", h)
+    _gpu_settings(g, get, h)
+    return g
+
+
+_Get = Callable[..., Any]  # get(field name, NVML function, *args): the value, or None (noted in na)
+
+
+def _gpu_memory(g: GpuInfo, get: _Get, seam: NvmlSeam, h: Any) -> None:
+    """Framebuffer (v2 when the driver has it), BAR1 and utilization."""
     mem = _memory_v2(seam, h)
     if mem is None:
         mem = get("memory", "nvmlDeviceGetMemoryInfo", h)
@@ -306,6 +323,10 @@ def _gpu(seam: NvmlSeam, idx: int, phys: int, h: Any, uuid: str | None) -> GpuIn
     util = get("utilization", "nvmlDeviceGetUtilizationRates", h)
     if util is not None:
         g.utilization_gpu, g.utilization_memory = int(_get(util, "gpu")), int(_get(util, "memory"))
+
+
+def _gpu_clocks(g: GpuInfo, get: _Get, seam: NvmlSeam, h: Any) -> None:
+    """Power, temperature, clocks and the clock-event (throttle) reasons."""
     p = get("power_draw", "nvmlDeviceGetPowerUsage", h)
     g.power_draw_w = p / 1000.0 if p is not None else None
     p = get("power_limit", "nvmlDeviceGetEnforcedPowerLimit", h)
@@ -322,12 +343,10 @@ def _gpu(seam: NvmlSeam, idx: int, phys: int, h: Any, uuid: str | None) -> GpuIn
     if reasons is not None:
         g.clock_event_reasons = int(reasons)
         g.clock_event_names = [nm for bit, nm in CLOCK_EVENT_BITS.items() if int(reasons) & bit]
-    g.pcie_gen_current = get("pcie_gen_current", "nvmlDeviceGetCurrPcieLinkGeneration", h)
-    g.pcie_gen_max = get("pcie_gen_max", "nvmlDeviceGetMaxPcieLinkGeneration", h)
-    g.pcie_gen_gpu_max = get("pcie_gen_gpu_max", "nvmlDeviceGetGpuMaxPcieLinkGeneration", h)
-    g.pcie_width_current = get("pcie_width_current", "nvmlDeviceGetCurrPcieLinkWidth", h)
-    g.pcie_width_max = get("pcie_width_max", "nvmlDeviceGetMaxPcieLinkWidth", h)
-    g.pcie_replay_counter = get("pcie_replay_counter", "nvmlDeviceGetPcieReplayCounter", h)
+
+
+def _gpu_settings(g: GpuInfo, get: _Get, h: Any) -> None:
+    """Persistence, MIG, ECC (and its uncorrected count), compute mode and compute processes."""
     pm = get("persistence_mode", "nvmlDeviceGetPersistenceMode", h)
     g.persistence_mode = bool(pm) if pm is not None else None
     mig = get("mig_mode", "nvmlDeviceGetMigMode", h)
@@ -346,7 +365,6 @@ def _gpu(seam: NvmlSeam, idx: int, phys: int, h: Any, uuid: str | None) -> GpuIn
         used = _get(pr, "usedGpuMemory")
         g.compute_processes.append({"pid": int(_get(pr, "pid")),
                                     "used_memory": int(used) if used is not None else None})
-    return g
 
 
 def _pairs(seam: NvmlSeam, handles: list[Any]) -> dict[str, Any]:

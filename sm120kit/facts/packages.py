@@ -12,7 +12,7 @@ import importlib.machinery
 import os
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,25 +49,32 @@ def _metadata(path: str) -> tuple[str | None, list[str]]:
     return version, requires
 
 
-def get_dist(name: str, paths: Sequence[str] | None = None) -> Dist | None:
-    """The installed distribution ``name`` (first on the path), or ``None``."""
-    want = normalize(name)
-    egg = False
+def _path_entries(paths: Sequence[str] | None) -> Iterator[tuple[str, str]]:
+    """(directory, name) of every entry in each directory of ``paths`` (default ``sys.path``),
+    in path order; an unreadable directory is passed over."""
     for entry in paths if paths is not None else sys.path:
         try:
             names = os.listdir(entry or ".")
         except OSError:
             continue
         for n in names:
-            if n.endswith(".dist-info"):
-                proj, _, ver = n[: -len(".dist-info")].partition("-")
-                if normalize(proj) != want:
-                    continue
-                version, requires = _metadata(os.path.join(entry or ".", n, "METADATA"))
-                return Dist(name=name, version=version or ver or "?",
-                            location=os.path.abspath(entry or "."), requires=requires)
-            if n.endswith(".egg-info") and normalize(n[: -len(".egg-info")].split("-", 1)[0]) == want:
-                egg = True
+            yield entry or ".", n
+
+
+def get_dist(name: str, paths: Sequence[str] | None = None) -> Dist | None:
+    """The installed distribution ``name`` (first on the path), or ``None``."""
+    want = normalize(name)
+    egg = False
+    for entry, n in _path_entries(paths):
+        if n.endswith(".dist-info"):
+            proj, _, ver = n[: -len(".dist-info")].partition("-")
+            if normalize(proj) != want:
+                continue
+            version, requires = _metadata(os.path.join(entry, n, "METADATA"))
+            return Dist(name=name, version=version or ver or "?",
+                        location=os.path.abspath(entry), requires=requires)
+        if n.endswith(".egg-info") and normalize(n[: -len(".egg-info")].split("-", 1)[0]) == want:
+            egg = True
     return _get_dist_md(name, paths) if egg else None
 
 
@@ -141,20 +148,14 @@ def dist_names_matching(pattern: str, paths: Sequence[str] | None = None) -> lis
     rx = re.compile(pattern)
     out: list[tuple[str, str]] = []
     seen: set[str] = set()
-    for entry in paths if paths is not None else sys.path:
-        try:
-            names = os.listdir(entry or ".")
-        except OSError:
+    for _entry, n in _path_entries(paths):
+        if not n.endswith(".dist-info"):
             continue
-        for n in names:
-            if not n.endswith(".dist-info"):
-                continue
-            stem = n[: -len(".dist-info")]
-            proj, _, ver = stem.partition("-")
-            norm = normalize(proj)
-            if rx.fullmatch(norm) and norm not in seen:
-                seen.add(norm)
-                out.append((norm, ver))
+        proj, _, ver = n[: -len(".dist-info")].partition("-")
+        norm = normalize(proj)
+        if rx.fullmatch(norm) and norm not in seen:
+            seen.add(norm)
+            out.append((norm, ver))
     return out
 
 

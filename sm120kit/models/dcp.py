@@ -1,6 +1,7 @@
 """DCP token ownership and warmup-prompt planning (pure Python, no torch).
 
-Notation (vLLM ``ParallelConfig``): ``n`` = ``decode_context_parallel_size``, ``i`` =
+Notation (vLLM ``ParallelConfig``): ``n`` = ``decode_context_parallel_size`` (the ``dcp``
+parameter of the functions below, as everywhere in sm120kit), ``i`` =
 ``cp_kv_cache_interleave_size`` (default 1, ``i | block_size``), ``B`` = per-rank KV block size.
 
 Ownership, as vLLM's sparse index conversion kernel, V2 slot mapping and
@@ -27,44 +28,44 @@ from sm120kit.models.serve_args import ServeArgs
 UPSTREAM_DECODE_PROMPT_LEN = 2
 
 
-def _check(n: int, i: int) -> None:
-    if n < 1:
-        raise ValueError(f"dcp size must be >= 1, got {n}")
+def _check(dcp: int, i: int) -> None:
+    if dcp < 1:
+        raise ValueError(f"dcp size must be >= 1, got {dcp}")
     if i < 1:
         raise ValueError(f"interleave must be >= 1, got {i}")
 
 
-def owner(t: int, n: int, i: int = 1) -> int:
+def owner(t: int, dcp: int, i: int = 1) -> int:
     """DCP rank that stores global token ``t``."""
-    _check(n, i)
+    _check(dcp, i)
     if t < 0:
         raise ValueError(f"token index must be >= 0, got {t}")
-    return (t // i) % n
+    return (t // i) % dcp
 
 
-def local_index(t: int, n: int, i: int = 1) -> int:
+def local_index(t: int, dcp: int, i: int = 1) -> int:
     """Index of global token ``t`` inside its owner's local KV sequence."""
-    _check(n, i)
+    _check(dcp, i)
     if t < 0:
         raise ValueError(f"token index must be >= 0, got {t}")
-    return (t // (n * i)) * i + t % i
+    return (t // (dcp * i)) * i + t % i
 
 
-def global_index(local: int, rank: int, n: int, i: int = 1) -> int:
+def global_index(local: int, rank: int, dcp: int, i: int = 1) -> int:
     """Inverse of (:func:`owner`, :func:`local_index`): the global token at ``local`` on ``rank``."""
-    _check(n, i)
-    return (local // i) * (n * i) + rank * i + local % i
+    _check(dcp, i)
+    return (local // i) * (dcp * i) + rank * i + local % i
 
 
-def local_len(seq_len: int, rank: int, n: int, i: int = 1) -> int:
+def local_len(seq_len: int, rank: int, dcp: int, i: int = 1) -> int:
     """Number of the first ``seq_len`` tokens that DCP rank ``rank`` stores."""
-    _check(n, i)
-    if not 0 <= rank < n:
-        raise ValueError(f"rank {rank} out of range for dcp size {n}")
+    _check(dcp, i)
+    if not 0 <= rank < dcp:
+        raise ValueError(f"rank {rank} out of range for dcp size {dcp}")
     if seq_len < 0:
         raise ValueError(f"seq_len must be >= 0, got {seq_len}")
-    rounds = seq_len // (i * n)
-    rest = seq_len - rounds * i * n - rank * i
+    rounds = seq_len // (i * dcp)
+    rest = seq_len - rounds * i * dcp - rank * i
     return rounds * i + min(max(rest, 0), i)
 
 

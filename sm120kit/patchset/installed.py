@@ -158,41 +158,7 @@ def parse_record(text: str) -> dict[str, str]:
 
 def locate(python: str | None = None) -> InstalledVllm:
     """Find the vLLM package of ``python`` (default: this interpreter) without importing it."""
-    exe = python or sys.executable
-    if python and os.sep not in python and shutil.which(python):
-        exe = shutil.which(python) or python
-    elif os.sep in exe:
-        exe = os.path.abspath(exe)  # the probe runs in a temp dir; keep symlinks (venvs)
-    if not (Path(exe).exists() or shutil.which(exe)):
-        raise UserError(f"python interpreter not found: {exe}", hint="pass --python /path/to/python")
-    with tempfile.TemporaryDirectory(prefix="sm120kit-locate-") as cwd:
-        # cwd is an empty dir so a ./vllm source checkout cannot shadow the installed package
-        try:
-            proc = subprocess.run(
-                [exe, "-c", _LOCATE_SCRIPT], cwd=cwd, capture_output=True, text=True, timeout=60
-            )
-        except OSError as exc:
-            raise UserError(f"cannot run {exe}: {exc}", hint="pass --python /path/to/python") from exc
-        except subprocess.TimeoutExpired as exc:
-            raise UserError(f"{exe} did not answer within 60 s") from exc
-    line = next(
-        (ln for ln in proc.stdout.splitlines() if ln.startswith("SM120KIT-LOCATE ")), None
-    )
-    if proc.returncode != 0 or line is None:
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise UserError(f"{exe} could not be queried for vllm: {last}")
-    info = json.loads(line.split(" ", 1)[1])
-    if not info.get("origin") and not info.get("locations"):
-        raise UserError(
-            f"no vllm package importable by {info['executable']}",
-            hint="pass --python for the interpreter that runs vLLM (e.g. /opt/venv/bin/python)",
-        )
-    if info.get("version") is None:
-        raise UserError(
-            f"vllm found at {info.get('origin') or info['locations'][0]} but it has no installed "
-            "distribution metadata (a source tree on sys.path?)",
-            hint="for a git checkout use `sm120kit apply --repo PATH` instead of --installed",
-        )
+    info = _query_python(_interpreter(python))
     if info.get("origin"):
         pkg = Path(info["origin"]).resolve().parent
     else:
@@ -223,6 +189,51 @@ def locate(python: str | None = None) -> InstalledVllm:
         record_path=record_path,
         record=record,
     )
+
+
+def _interpreter(python: str | None) -> str:
+    """The interpreter to ask: ``python`` found on PATH or made absolute; this one by default."""
+    exe = python or sys.executable
+    if python and os.sep not in python and shutil.which(python):
+        exe = shutil.which(python) or python
+    elif os.sep in exe:
+        exe = os.path.abspath(exe)  # the probe runs in a temp dir; keep symlinks (venvs)
+    if not (Path(exe).exists() or shutil.which(exe)):
+        raise UserError(f"python interpreter not found: {exe}", hint="pass --python /path/to/python")
+    return exe
+
+
+def _query_python(exe: str) -> dict[str, Any]:
+    """What ``exe`` reports about its vllm (without importing it), checked to be installed."""
+    with tempfile.TemporaryDirectory(prefix="sm120kit-locate-") as cwd:
+        # cwd is an empty dir so a ./vllm source checkout cannot shadow the installed package
+        try:
+            proc = subprocess.run(
+                [exe, "-c", _LOCATE_SCRIPT], cwd=cwd, capture_output=True, text=True, timeout=60
+            )
+        except OSError as exc:
+            raise UserError(f"cannot run {exe}: {exc}", hint="pass --python /path/to/python") from exc
+        except subprocess.TimeoutExpired as exc:
+            raise UserError(f"{exe} did not answer within 60 s") from exc
+    line = next(
+        (ln for ln in proc.stdout.splitlines() if ln.startswith("SM120KIT-LOCATE ")), None
+    )
+    if proc.returncode != 0 or line is None:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise UserError(f"{exe} could not be queried for vllm: {last}")
+    info = json.loads(line.split(" ", 1)[1])
+    if not info.get("origin") and not info.get("locations"):
+        raise UserError(
+            f"no vllm package importable by {info['executable']}",
+            hint="pass --python for the interpreter that runs vLLM (e.g. /opt/venv/bin/python)",
+        )
+    if info.get("version") is None:
+        raise UserError(
+            f"vllm found at {info.get('origin') or info['locations'][0]} but it has no installed "
+            "distribution metadata (a source tree on sys.path?)",
+            hint="for a git checkout use `sm120kit apply --repo PATH` instead of --installed",
+        )
+    return info
 
 
 # --------------------------------------------------------------------------------------------
@@ -602,25 +613,17 @@ def apply_installed(
     """Patch the installed vLLM (:func:`_apply_installed`), then check the FlashInfer installed
     beside it against the target's requirement (0.25.x: the pin lacks the SM120 API)."""
     series = series or load_series()
-    res = _apply_installed(alias, python, state_dir, dry_run, series=series,
-                           allow_download=allow_download)
+    res = _apply_installed(series, alias, python, state_dir, dry_run, allow_download)
     target = series.targets.get(res.alias)
     if target is not None:
         res.requirement = check_installed(target, [str(res.installed.root)])
     return res
 
 
-def _apply_installed(
-    alias: str | None = None,
-    python: str | None = None,
-    state_dir: str | Path | None = None,
-    dry_run: bool = False,
-    *,
-    series: Series | None = None,
-    allow_download: bool = True,
-) -> InstalledApplyResult:
+def _apply_installed(series: Series, alias: str | None, python: str | None,
+                     state_dir: str | Path | None, dry_run: bool,
+                     allow_download: bool) -> InstalledApplyResult:
     """Patch the vLLM installed for ``python`` in place (see the module docstring)."""
-    series = series or load_series()
     inst = locate(python)
     alias = _resolve_alias(series, inst, alias)
     target, variant = series.variant_for(alias)
@@ -805,6 +808,35 @@ def _dump(doc: dict[str, Any]) -> bytes:
     return (json.dumps(doc, indent=2, sort_keys=False) + "\n").encode()
 
 
+def _file_state(cur: str | None, f: dict[str, Any]) -> str:
+    """A patched file's sha256 ``cur`` (None: gone) against its state entry ``f``:
+    applied | original | missing | modified."""
+    if cur == f["new_sha256"]:
+        return "applied"
+    if cur == f["original_sha256"]:
+        return "original"
+    return "missing" if cur is None else "modified"
+
+
+def _status_without_state(inst: InstalledVllm, sdir: Path,
+                          series: Series | None) -> InstalledStatusResult:
+    """No state file: not applied by sm120kit, or patched by something else (markers present)."""
+    patches: list[dict[str, Any]] = []
+    try:
+        series = series or load_series()
+        alias = series.alias_for_release(inst.version)
+        if alias and series.targets[alias].status != "unsupported":
+            patches = _patch_status_by_markers(series.variant(series.targets[alias].variant),
+                                               inst.root)
+    except UserError:
+        patches = []
+    marked = [p for p in patches if p["status"] == "applied"]
+    status: InstalledState = "modified" if marked else "not-applied"
+    msg = (f"no sm120kit state in {sdir}"
+           + ("; but patch markers are present (patched by something else?)" if marked else ""))
+    return InstalledStatusResult(status, inst, sdir, None, [], patches, msg)
+
+
 def status_installed(
     python: str | None = None,
     state_dir: str | Path | None = None,
@@ -817,32 +849,11 @@ def status_installed(
     state = read_state(sdir)
     status: InstalledState
     if state is None:
-        patches: list[dict[str, Any]] = []
-        try:
-            series = series or load_series()
-            alias = series.alias_for_release(inst.version)
-            if alias and series.targets[alias].status != "unsupported":
-                patches = _patch_status_by_markers(series.variant(series.targets[alias].variant),
-                                                   inst.root)
-        except UserError:
-            patches = []
-        marked = [p for p in patches if p["status"] == "applied"]
-        status = "modified" if marked else "not-applied"
-        msg = (f"no sm120kit state in {sdir}"
-               + ("; but patch markers are present (patched by something else?)" if marked else ""))
-        return InstalledStatusResult(status, inst, sdir, None, [], patches, msg)
+        return _status_without_state(inst, sdir, series)
     files = []
     for f in state["files"]:
         cur = _sha256_path(inst.root / f["path"])
-        if cur == f["new_sha256"]:
-            s = "applied"
-        elif cur == f["original_sha256"]:
-            s = "original"
-        elif cur is None:
-            s = "missing"
-        else:
-            s = "modified"
-        files.append({"path": f["path"], "state": s, "sha256": cur,
+        files.append({"path": f["path"], "state": _file_state(cur, f), "sha256": cur,
                       "original_sha256": f["original_sha256"], "new_sha256": f["new_sha256"]})
     states = {f["state"] for f in files}
     if state.get("state") != "applied":
@@ -865,6 +876,31 @@ def status_installed(
     return InstalledStatusResult(status, inst, sdir, state, files, [], msg)
 
 
+def _revert_step(root: Path, sdir: Path, f: dict[str, Any],
+                 force: bool) -> tuple[dict[str, Any], bytes, str]:
+    """(state entry, original bytes from the checked backup, the file's state before:
+    patched | original | modified | missing); refuses a changed file unless ``force``."""
+    path = root / f["path"]
+    backup = sdir / f["backup"]
+    data = backup.read_bytes() if backup.is_file() else None
+    if data is None or sha256_bytes(data) != f["original_sha256"]:
+        raise UserError(
+            f"backup {backup} is missing or damaged (expected sha256 {f['original_sha256']})",
+            hint="reinstall vllm to get the original files back",
+        )
+    cur = _sha256_path(path)
+    state = _file_state(cur, f)
+    if state in ("applied", "original"):
+        return f, data, "patched" if state == "applied" else state
+    if not force:
+        raise UserError(
+            f"{path} was changed after sm120kit applied the series: sha256 {cur}, "
+            f"expected {f['new_sha256']}",
+            hint="nothing was restored; pass --force to overwrite it with the original",
+        )
+    return f, data, state
+
+
 def revert_installed(
     python: str | None = None,
     state_dir: str | Path | None = None,
@@ -879,30 +915,7 @@ def revert_installed(
             f"no sm120kit state in {sdir}: nothing to revert",
             hint="pass the --state-dir used at apply time",
         )
-    plan: list[tuple[dict[str, Any], bytes, str]] = []
-    for f in state["files"]:
-        path = inst.root / f["path"]
-        backup = sdir / f["backup"]
-        data = backup.read_bytes() if backup.is_file() else None
-        if data is None or sha256_bytes(data) != f["original_sha256"]:
-            raise UserError(
-                f"backup {backup} is missing or damaged (expected sha256 {f['original_sha256']})",
-                hint="reinstall vllm to get the original files back",
-            )
-        cur = _sha256_path(path)
-        if cur == f["new_sha256"]:
-            before = "patched"
-        elif cur == f["original_sha256"]:
-            before = "original"
-        else:
-            before = "modified" if cur else "missing"
-            if not force:
-                raise UserError(
-                    f"{path} was changed after sm120kit applied the series: sha256 {cur}, "
-                    f"expected {f['new_sha256']}",
-                    hint="nothing was restored; pass --force to overwrite it with the original",
-                )
-        plan.append((f, data, before))
+    plan = [_revert_step(inst.root, sdir, f, force) for f in state["files"]]
     for d in sorted({(inst.root / f["path"]).parent for f, _, _ in plan}):
         _probe_writable(d)
     _probe_writable(sdir)

@@ -123,6 +123,47 @@ def _subject(text: str) -> str:
 _HUNK_RE = re.compile(r"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
 
 
+class _HunkBody:
+    """Counts the lines left in the current hunk (from its ``@@ -a,b +c,d @@`` line)."""
+
+    def __init__(self) -> None:
+        self.old_left = self.new_left = 0
+
+    def start(self, line: str) -> bool:
+        """True when ``line`` opens a hunk (and starts counting its body)."""
+        h = _HUNK_RE.match(line)
+        if h:
+            self.old_left = int(h.group(1)) if h.group(1) is not None else 1
+            self.new_left = int(h.group(2)) if h.group(2) is not None else 1
+        return h is not None
+
+    def takes(self, line: str) -> bool:
+        """True when ``line`` belongs to the body of the open hunk (then it is counted)."""
+        if self.old_left <= 0 and self.new_left <= 0:
+            return False
+        tag = line[:1]
+        if tag in (" ", ""):
+            self.old_left -= 1
+            self.new_left -= 1
+        elif tag == "-":
+            self.old_left -= 1
+        elif tag == "+":
+            self.new_left -= 1
+        elif tag != "\\":
+            self.old_left = self.new_left = 0
+            return False
+        return True
+
+
+def _path_in_header(line: str) -> tuple[bool, str | None]:
+    """(is a path header, its path) for ``rename/copy from/to`` and ``---``/``+++`` lines."""
+    for head in _PATH_HEADERS:
+        if line.startswith(head):
+            rest = line[len(head):].split("\t")[0]
+            return True, _strip_prefix(rest) if head in ("--- ", "+++ ") else _unquote(rest)
+    return False, None
+
+
 def _header_paths(text: str) -> tuple[list[str], list[str]]:
     """All paths in git's extended headers, and those created as symlinks.
 
@@ -132,49 +173,22 @@ def _header_paths(text: str) -> tuple[list[str], list[str]]:
     paths: list[str] = []
     symlinks: list[str] = []
     current: str | None = None
-    old_left = new_left = 0
+    hunk = _HunkBody()
     for line in text.splitlines():
-        if old_left > 0 or new_left > 0:
-            tag = line[:1]
-            if tag == " " or line == "":
-                old_left -= 1
-                new_left -= 1
-            elif tag == "-":
-                old_left -= 1
-            elif tag == "+":
-                new_left -= 1
-            elif tag == "\\":
-                pass
-            else:
-                old_left = new_left = 0
-            if old_left > 0 or new_left > 0 or tag in (" ", "-", "+", "\\", ""):
-                continue
+        if hunk.takes(line):
+            continue
         m = _DIFF_GIT_RE.match(line)
         if m:
-            for raw in m.groups():
-                p = _strip_prefix(raw)
-                if p is not None:
-                    paths.append(p)
+            paths += [p for p in map(_strip_prefix, m.groups()) if p is not None]
             current = _strip_prefix(m.group(2))
             continue
-        h = _HUNK_RE.match(line)
-        if h:
-            old_left = int(h.group(1)) if h.group(1) is not None else 1
-            new_left = int(h.group(2)) if h.group(2) is not None else 1
-            continue
-        if current is None:
-            continue  # e-mail header and commit message
+        if hunk.start(line) or current is None:
+            continue  # a hunk opens; or the e-mail header and commit message
         if line.startswith("diff ") and not line.startswith("diff --git"):
             raise ValueError(f"unsupported diff header: {line[:80]}")
-        for head in _PATH_HEADERS:
-            if line.startswith(head):
-                rest = line[len(head):].split("\t")[0]
-                if head in ("--- ", "+++ "):
-                    p = _strip_prefix(rest)
-                else:
-                    p = _unquote(rest)
-                if p is not None:
-                    paths.append(p)
+        found, p = _path_in_header(line)
+        if found and p is not None:
+            paths.append(p)
         if line.startswith(("new file mode 120000", "new mode 120000")) and current:
             symlinks.append(current)
     return paths, symlinks

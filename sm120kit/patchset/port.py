@@ -516,11 +516,7 @@ def port_series(
     """
     repo = Path(repo)
     series = series or load_series()
-    target = series.targets.get(alias)
-    if target is None and from_alias is None:
-        series.target(alias)  # raises the unknown-alias error listing the known ones
-    if target is not None and target.status == "unsupported":
-        raise UserError(f"{alias} is not supported: {target.reason}")
+    target = _port_target(series, alias, from_alias)
     base_sha = resolve_base(repo, target, base)
     into = into or f"sm120kit/dcp-{alias}"
     if create_branch and not dry_run and rev_parse(repo, f"refs/heads/{into}"):
@@ -530,8 +526,7 @@ def port_series(
     def ours_at(paths: list[str]) -> dict[str, bytes | None]:
         return read_files_at(repo, base_sha, paths)
 
-    pool = candidate_pool(series, target, from_alias)
-    cands = rank_candidates(series, ours_at, pool)
+    cands = rank_candidates(series, ours_at, candidate_pool(series, target, from_alias))
     src = cands[0]
     variant = series.variant(src.variant)
     variant.check_checksums()
@@ -539,25 +534,10 @@ def port_series(
     fork = ours_at(files)
 
     result = PortResult("ported", alias, repo, base_sha, into, src, cands)
-    # already there?
-    def markers_in(content: dict[str, bytes | None], kind: str) -> bool:
-        ok = True
-        for p in variant.patches:
-            ms = p.applied_markers if kind == "applied" else p.upstream_markers
-            if not ms:
-                return False
-            for m in ms:
-                data = content.get(m.file)
-                if data is None and m.file not in content:
-                    data = ours_at([m.file])[m.file]
-                if data is None or not m.holds(data.decode("utf-8", "replace")):
-                    ok = False
-        return ok
-
-    if markers_in(fork, "applied"):
+    if _markers_hold(variant, fork, "applied", ours_at):
         result.status = "already-applied"
         return result
-    if markers_in(fork, "upstream"):
+    if _markers_hold(variant, fork, "upstream", ours_at):
         result.status = "not-needed"
         return result
 
@@ -576,13 +556,47 @@ def port_series(
     if dry_run:
         result.status = "would-port"
         return result
-    commits = _commit_steps(repo, base_sha, steps, per_patch)
+    _commit_result(result, repo, variant, steps, per_patch, create_branch)
+    return result
+
+
+def _port_target(series: Series, alias: str, from_alias: str | None) -> Target | None:
+    """The target to port onto (None for an alias outside the manifest ported ``--from`` one)."""
+    target = series.targets.get(alias)
+    if target is None and from_alias is None:
+        series.target(alias)  # raises the unknown-alias error listing the known ones
+    if target is not None and target.status == "unsupported":
+        raise UserError(f"{alias} is not supported: {target.reason}")
+    return target
+
+
+def _markers_hold(variant: Variant, content: dict[str, bytes | None], kind: str,
+                  ours_at: Callable[[list[str]], dict[str, bytes | None]]) -> bool:
+    """Every patch of ``variant`` has ``kind`` ("applied" or "upstream") markers and all of them
+    hold in ``content`` (a file outside ``content`` is read with ``ours_at``)."""
+    ok = True
+    for p in variant.patches:
+        ms = p.applied_markers if kind == "applied" else p.upstream_markers
+        if not ms:
+            return False
+        for m in ms:
+            data = content.get(m.file)
+            if data is None and m.file not in content:
+                data = ours_at([m.file])[m.file]
+            if data is None or not m.holds(data.decode("utf-8", "replace")):
+                ok = False
+    return ok
+
+
+def _commit_result(result: PortResult, repo: Path, variant: Variant, steps: list[PatchStep],
+                   per_patch: list[dict[str, bytes | None]], create_branch: bool) -> None:
+    """One commit per patch of the series on top of the base; the branch when asked for."""
+    commits = _commit_steps(repo, result.base, steps, per_patch)
     result.commits = [{"patch": s.file, "subject": s.subject, "commit": c}
                       for s, c in zip(steps, commits, strict=True)]
     if create_branch:
         run_git(["update-ref", "-m", f"sm120kit: 3-way port of {variant.name}",
-                 f"refs/heads/{into}", commits[-1], ""], repo)
-    return result
+                 f"refs/heads/{result.into}", commits[-1], ""], repo)
 
 
 def _result_problems(variant: Variant, files: list[str], release: dict[str, bytes | None],

@@ -59,22 +59,22 @@ def all_reduce_sum(x: torch.Tensor) -> None:
     x.copy_(h)
 
 
-def all_gather_cat(x: torch.Tensor, world: int, *, before: Hook = _noop, name: str) -> torch.Tensor:
+def all_gather_cat(x: torch.Tensor, dcp: int, *, before: Hook = _noop, name: str) -> torch.Tensor:
     """``[N, *x.shape]`` from every rank's ``x`` (``all_gather_into_tensor``)."""
     import torch
     import torch.distributed as dist
 
-    flat = torch.empty(world * x.numel(), dtype=x.dtype, device=x.device)
+    flat = torch.empty(dcp * x.numel(), dtype=x.dtype, device=x.device)
     # torch >= 2.12 names it all_gather_single (all_gather_into_tensor is its deprecated alias)
     gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
     before(name)
     _run(gather, flat, x.contiguous().view(-1))
-    return flat.view(world, *x.shape)
+    return flat.view(dcp, *x.shape)
 
 
-def query_gather(q_local: torch.Tensor, world: int, *, before: Hook = _noop) -> torch.Tensor:
+def query_gather(q_local: torch.Tensor, dcp: int, *, before: Hook = _noop) -> torch.Tensor:
     """``[T, H, D]`` per rank -> ``[T, H * N, D]`` on every rank, rank-major heads."""
-    g = all_gather_cat(q_local, world, before=before, name="all_gather(q heads)")  # [N, T, H, D]
+    g = all_gather_cat(q_local, dcp, before=before, name="all_gather(q heads)")  # [N, T, H, D]
     return g.permute(1, 0, 2, 3).reshape(q_local.shape[0], -1, q_local.shape[2])
 
 
@@ -82,7 +82,7 @@ def merge_ag_rs(
     out: torch.Tensor,
     lse: torch.Tensor,
     rank: int,
-    world: int,
+    dcp: int,
     base: str,
     *,
     before: Hook = _noop,
@@ -91,11 +91,11 @@ def merge_ag_rs(
     import torch
     import torch.distributed as dist
 
-    lses = all_gather_cat(lse.float(), world, before=before, name="all_gather(lse)")
+    lses = all_gather_cat(lse.float(), dcp, before=before, name="all_gather(lse)")
     corrected, glse = R.correct_attn_out(out, lses, rank, base)
     # reduce_scatter along dim 1, as GroupCoordinator does it: move heads to the front
     moved = corrected.movedim(1, 0).contiguous()  # [H*N, T, D]
-    hp = moved.shape[0] // world
+    hp = moved.shape[0] // dcp
     res = torch.empty((hp, *moved.shape[1:]), dtype=moved.dtype, device=moved.device)
     scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
     before("reduce_scatter(out)")
@@ -107,7 +107,7 @@ def merge_a2a(
     out: torch.Tensor,
     lse: torch.Tensor,
     rank: int,
-    world: int,
+    dcp: int,
     base: str,
     *,
     before: Hook = _noop,
@@ -117,10 +117,10 @@ def merge_a2a(
     import torch.distributed as dist
 
     t, ht, d = out.shape
-    hp = ht // world
-    send = torch.empty((world, t, hp, d + 1), dtype=torch.float32, device=out.device)
-    send[..., :d] = out.float().reshape(t, world, hp, d).permute(1, 0, 2, 3)
-    send[..., d] = lse.float().reshape(t, world, hp).permute(1, 0, 2)
+    hp = ht // dcp
+    send = torch.empty((dcp, t, hp, d + 1), dtype=torch.float32, device=out.device)
+    send[..., :d] = out.float().reshape(t, dcp, hp, d).permute(1, 0, 2, 3)
+    send[..., d] = lse.float().reshape(t, dcp, hp).permute(1, 0, 2)
     recv = torch.empty_like(send)
     before("all_to_all(out+lse)")
     _run(dist.all_to_all_single, recv.view(-1), send.view(-1))

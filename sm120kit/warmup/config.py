@@ -127,6 +127,12 @@ class RunConfig:
 
     def validate(self) -> None:
         """Reject what vLLM or the kernels would reject, as one-line UserErrors."""
+        self._validate_choices()
+        self._validate_model()
+        self._validate_workload()
+
+    def _validate_choices(self) -> None:
+        """The DCP size and the named choices (backend, device, plan, merge, LSE base)."""
         if self.dcp < 1 or self.dcp > 64:
             raise UserError(f"--dcp {self.dcp} out of range", hint="use 1..64 ranks")
         if self.backend not in BACKENDS:
@@ -143,6 +149,13 @@ class RunConfig:
             raise UserError(f"unknown merge {self.merge!r}", hint=f"one of {MERGES}")
         if self.lse_base not in ("2", "e"):
             raise UserError(f"--lse-base {self.lse_base!r}", hint="2 or e")
+        if self.autotune_cache and self.backend != "flashinfer":
+            raise UserError(
+                "--autotune-cache tunes the FlashInfer kernel", hint="add --backend flashinfer"
+            )
+
+    def _validate_model(self) -> None:
+        """Heads, latent and rope sizes, scale format and the KV page the kernel reads."""
         if self.heads_per_rank < 1:
             raise UserError("--heads-per-rank must be >= 1")
         if self.total_heads > 128:
@@ -169,6 +182,9 @@ class RunConfig:
                 f"--interleave {self.interleave} must divide --block-size {self.block_size}",
                 hint="vLLM requires block_size % cp_kv_cache_interleave_size == 0",
             )
+
+    def _validate_workload(self) -> None:
+        """Top-k, batch, MTP, sequence length, the stall deadline and the injected stall."""
         if self.topk < 128 or self.topk % 128:
             raise UserError(
                 f"--topk {self.topk} must be a multiple of 128",
@@ -188,10 +204,6 @@ class RunConfig:
                 raise UserError(f"--inject-stall rank {r} not in 0..{self.dcp - 1}")
             if ph not in PHASES:
                 raise UserError(f"--inject-stall phase {ph!r}", hint=f"one of {', '.join(PHASES)}")
-        if self.autotune_cache and self.backend != "flashinfer":
-            raise UserError(
-                "--autotune-cache tunes the FlashInfer kernel", hint="add --backend flashinfer"
-            )
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

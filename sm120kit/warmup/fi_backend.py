@@ -62,8 +62,8 @@ def check_signature(fn: Any) -> tuple[set[str], bool]:
     return set(REQUIRED_KWARGS - params), "return_lse_base" in params
 
 
-def check_flashinfer_backend(device: str, world: int) -> FlashInferInfo:
-    """Raise :class:`UserError` unless the flashinfer backend can run ``world`` ranks here."""
+def check_flashinfer_backend(device: str, dcp: int) -> FlashInferInfo:
+    """Raise :class:`UserError` unless the flashinfer backend can run ``dcp`` ranks here."""
     hint = "use --backend reference (pure torch) on this machine"
     if device != "cuda":
         raise UserError("--backend flashinfer runs on SM120 GPUs: add --device cuda", hint=hint)
@@ -74,13 +74,13 @@ def check_flashinfer_backend(device: str, world: int) -> FlashInferInfo:
     if not torch.cuda.is_available():
         raise UserError("--backend flashinfer: torch sees no CUDA GPU", hint=hint)
     count = torch.cuda.device_count()
-    if count < world:
+    if count < dcp:
         raise UserError(
-            f"--backend flashinfer: {world} DCP ranks need {world} GPUs, torch sees {count}",
+            f"--backend flashinfer: {dcp} DCP ranks need {dcp} GPUs, torch sees {count}",
             hint="lower --dcp or expose more GPUs (CUDA_VISIBLE_DEVICES)",
         )
     names = []
-    for i in range(world):
+    for i in range(dcp):
         major, minor = torch.cuda.get_device_capability(i)
         if major != 12:
             raise UserError(

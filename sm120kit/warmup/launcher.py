@@ -37,7 +37,6 @@ TORCH_MISSING_TAG = "sm120kit-launcher: torch cannot be imported:"
 def main(argv: list[str]) -> int:
     spec = json.loads(Path(argv[0]).read_text())
     cfg = RunConfig.from_json(spec["config"])
-    world = int(spec["world"])
     fd = int(spec["fd"])
     parent = int(spec["parent_pid"])
     result_dir = Path(spec["result_dir"])
@@ -64,13 +63,13 @@ def main(argv: list[str]) -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    for r in range(world):
+    for r in range(cfg.dcp):
         pid = os.fork()
         if pid == 0:
             code = 1
             try:
                 code = rank_main(
-                    cfg, r, world, init_method=init_method, fd=fd, result_dir=result_dir,
+                    cfg, r, init_method=init_method, fd=fd, result_dir=result_dir,
                     parent_pid=parent,
                 )  # fmt: skip
             finally:

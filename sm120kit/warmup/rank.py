@@ -124,10 +124,10 @@ def _sleep_forever() -> None:
 class RankRun:
     """The decode step of one rank; :meth:`run` returns the result dict."""
 
-    def __init__(self, cfg: RunConfig, rank: int, world: int, rep: Reporter) -> None:
+    def __init__(self, cfg: RunConfig, rank: int, rep: Reporter) -> None:
         self.cfg = cfg
         self.rank = rank
-        self.world = world
+        self.dcp = cfg.dcp
         self.rep = rep
         self.timings: dict[str, float] = {}
         self.phase = "init"
@@ -184,15 +184,15 @@ class RankRun:
         if not dist.is_initialized():
             timeout = datetime.timedelta(seconds=max(600.0, 4 * cfg.stall_timeout))
             dist.init_process_group(
-                backend, init_method=init_method, rank=self.rank, world_size=self.world,
+                backend, init_method=init_method, rank=self.rank, world_size=self.dcp,
                 timeout=timeout,
             )  # fmt: skip
         self.backend = backend
         one = torch.ones(1, device=self.device)
         self.before("barrier")
         all_reduce_sum(one)
-        if int(one.item()) != self.world:
-            raise RuntimeError(f"barrier sum {one.item()} != world {self.world}")
+        if int(one.item()) != self.dcp:
+            raise RuntimeError(f"barrier sum {one.item()} != DCP size {self.dcp}")
 
     def _kv_build(self) -> None:
         import torch
@@ -204,7 +204,7 @@ class RankRun:
         self.tick("shard")
         mine = torch.tensor(self.shard.local_tokens, dtype=torch.int64, device=self.device)
         allv = all_gather_cat(
-            mine, self.world, before=self.before, name="all_gather(local_kv_tokens)"
+            mine, self.dcp, before=self.before, name="all_gather(local_kv_tokens)"
         )
         self.all_local_tokens = allv.cpu().tolist()
         per_req = allv.sum(0).cpu().tolist()
@@ -222,13 +222,13 @@ class RankRun:
             self.data.req_id.to(d),
             self.shard.block_table.to(d),
             self.topk,
-            dcp_size=self.world,
+            dcp_size=self.dcp,
             dcp_rank=self.rank,
             interleave=cfg.interleave,
             block_size=cfg.block_size,
         )
         allc = all_gather_cat(
-            self.counts, self.world, before=self.before, name="all_gather(valid_counts)"
+            self.counts, self.dcp, before=self.before, name="all_gather(valid_counts)"
         )
         self.all_counts = allc.cpu().tolist()
         selected = (self.topk >= 0).sum(1).to(torch.int64)
@@ -239,7 +239,7 @@ class RankRun:
         cfg, d = self.cfg, self.device
         h = cfg.heads_per_rank
         q_local = self.data.q[:, self.rank * h : (self.rank + 1) * h].to(d)
-        self.q_all = query_gather(q_local, self.world, before=self.before)
+        self.q_all = query_gather(q_local, self.dcp, before=self.before)
         if cfg.backend == "flashinfer":
             dec = FlashInferDecode(d, kv_lora_rank=cfg.kv_lora_rank, rope_dim=cfg.rope_dim)
             pages = self.shard.pages.to(d)
@@ -268,7 +268,7 @@ class RankRun:
             self._barrier(f"barrier(before {name})")
             t0 = time.perf_counter()
             self.merged[name] = MERGE_FUNCS[name](
-                self.out, self.lse, self.rank, self.world, self.cfg.lse_base, before=self.before
+                self.out, self.lse, self.rank, self.dcp, self.cfg.lse_base, before=self.before
             )
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
@@ -350,7 +350,6 @@ class RankRun:
 def rank_main(
     cfg: RunConfig,
     rank: int,
-    world: int,
     *,
     init_method: str,
     fd: int | None,
@@ -368,8 +367,8 @@ def rank_main(
     rep.send("start", phase="init")
     import torch
 
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
-    run = RankRun(cfg, rank, world, rep)
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // cfg.dcp))
+    run = RankRun(cfg, rank, rep)
     try:
         res = run.run(init_method)
     except Exception as exc:

@@ -42,19 +42,18 @@ def _remap(
     req_id: torch.Tensor,
     block_table: torch.Tensor,
     token_indices: torch.Tensor,
-    *,
-    block_size: int,
-    block_stride_rows: int,
-    dcp_size: int,
-    dcp_rank: int,
-    interleave: int,
+    layout: tuple[int, int | None, int, int, int],
     compact: bool,
+    *,
     idx_mapping: torch.Tensor | None = None,
     prefill_request_ids: torch.Tensor | None = None,
     prefill_starts: torch.Tensor | None = None,
     prefill_rank_stride: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Vectorized semantics of vLLM's ``sparse_mla_index_remap_kernel`` (int32 in, int32 out).
+
+    ``layout`` = ``(block_size, block_stride_rows or None for block_size, dcp_size, dcp_rank,
+    interleave)``.
 
     Per slot: ``-1`` stays ``-1``; a slot whose owner ``(t // I) % N`` is another rank, or whose
     local block ``local // B`` lies outside the block table row, becomes ``-1``; otherwise it
@@ -66,6 +65,8 @@ def _remap(
     """
     import torch
 
+    block_size, stride, dcp_size, dcp_rank, interleave = layout
+    block_stride_rows = stride if stride is not None else block_size
     tok = token_indices.to(torch.int64)
     neg = tok < 0
     t = tok.clamp(min=0)
@@ -128,17 +129,8 @@ def filter_and_convert_dcp_index(
         raise ValueError(f"bad dcp rank {dcp_rank} for dcp size {dcp_size}")
     if block_size % interleave:
         raise ValueError(f"block size {block_size} must be divisible by interleave {interleave}")
-    return _remap(
-        req_id_per_token,
-        block_table,
-        token_indices,
-        block_size=block_size,
-        block_stride_rows=block_stride_rows if block_stride_rows is not None else block_size,
-        dcp_size=dcp_size,
-        dcp_rank=dcp_rank,
-        interleave=interleave,
-        compact=True,
-    )
+    layout = (block_size, block_stride_rows, dcp_size, dcp_rank, interleave)
+    return _remap(req_id_per_token, block_table, token_indices, layout, True)
 
 
 def triton_convert_req_index_to_global_index_ref(
@@ -182,16 +174,13 @@ def triton_convert_req_index_to_global_index_ref(
         assert prefill_workspace_starts is not None
         assert prefill_workspace_request_ids.dtype == torch.int32
         assert prefill_workspace_starts.dtype == torch.int32
+    layout = (BLOCK_SIZE, BLOCK_STRIDE_ROWS, dcp_size, dcp_rank, cp_kv_cache_interleave_size)
     phys, counts = _remap(
         req_id,
         block_table,
         token_indices,
-        block_size=BLOCK_SIZE,
-        block_stride_rows=BLOCK_STRIDE_ROWS if BLOCK_STRIDE_ROWS is not None else BLOCK_SIZE,
-        dcp_size=dcp_size,
-        dcp_rank=dcp_rank,
-        interleave=cp_kv_cache_interleave_size,
-        compact=return_valid_counts,
+        layout,
+        return_valid_counts,
         idx_mapping=idx_mapping,
         prefill_request_ids=prefill_workspace_request_ids if HAS_PREFILL_WORKSPACE else None,
         prefill_starts=prefill_workspace_starts if HAS_PREFILL_WORKSPACE else None,
@@ -254,17 +243,8 @@ def triton_filter_and_convert_dcp_index_ref(
             BLOCK_N=BLOCK_N,
             return_valid_counts=return_valid_counts,
         )
-    phys, counts = _remap(
-        req_id,
-        block_table,
-        token_indices,
-        block_size=BLOCK_SIZE,
-        block_stride_rows=BLOCK_STRIDE_ROWS if BLOCK_STRIDE_ROWS is not None else BLOCK_SIZE,
-        dcp_size=dcp_size,
-        dcp_rank=dcp_rank,
-        interleave=cp_kv_cache_interleave_size,
-        compact=compact_valid_to_front,
-    )
+    layout = (BLOCK_SIZE, BLOCK_STRIDE_ROWS, dcp_size, dcp_rank, cp_kv_cache_interleave_size)
+    phys, counts = _remap(req_id, block_table, token_indices, layout, compact_valid_to_front)
     if return_valid_counts:
         return phys, counts
     return phys
@@ -351,7 +331,228 @@ def _is_pow2(x: torch.Tensor) -> bool:
     return bool(((m == 0.5) & (x > 0)).all())
 
 
-def trtllm_batch_decode_with_kv_cache_mla_ref(  # noqa: C901  (mirrors FlashInfer's argument checks one by one)
+def _check_route(
+    sparse_mla_top_k: int, backend: str, sparse_mla_top_k_lens: torch.Tensor | None
+) -> None:
+    """Only the sparse route of the sparse backend."""
+    if sparse_mla_top_k <= 0:
+        raise ValueError("reference reproduces only the sparse route (sparse_mla_top_k > 0)")
+    if backend not in ("auto", "sparse"):
+        raise ValueError(f"reference reproduces backend 'sparse' only, got {backend!r}")
+    if sparse_mla_top_k_lens is not None:
+        raise ValueError(
+            "sparse_mla_top_k_lens is not supported by the SM120 sparse MLA backend; "
+            "pass per-token active top-k lengths via seq_lens instead"
+        )
+
+
+def _reject_unreproduced(
+    sinks: list[torch.Tensor] | None,
+    skip_softmax_threshold_scale_factor: float | None,
+    enable_dcp: bool,
+    cp_world: int,
+    cum_seq_lens_q: torch.Tensor | None,
+) -> None:
+    """Features of the other backends and kernels, which the reference does not reproduce."""
+    if sinks is not None or skip_softmax_threshold_scale_factor is not None:
+        raise ValueError("reference does not reproduce sinks / skip-softmax")
+    if enable_dcp or cp_world != 1 or cum_seq_lens_q is not None:
+        raise ValueError("enable_dcp / cum_seq_lens_q belong to other backends")
+
+
+def _check_kernel_options(
+    use_fp16_softmax: bool | None,
+    uses_shared_paged_kv_idx: bool,
+    bmm1_scale: float | torch.Tensor,
+    bmm2_scale: float | torch.Tensor,
+    return_lse_base: str | None,
+    kv_scale_format: str,
+) -> str:
+    """The SM120 kernel's own option checks; returns the normalized ``kv_scale_format``."""
+    import torch
+
+    if use_fp16_softmax:
+        raise ValueError("use_fp16_softmax is only supported by backend='trtllm-gen'")
+    if not uses_shared_paged_kv_idx:
+        raise ValueError("SM120 sparse MLA v32/GLM expects shared sparse page indices")
+    if isinstance(bmm1_scale, torch.Tensor) or isinstance(bmm2_scale, torch.Tensor):
+        raise ValueError("SM120 sparse MLA v32/GLM expects float bmm1_scale/bmm2_scale")
+    if float(bmm2_scale) != 1.0:
+        raise ValueError("SM120 sparse MLA v32/GLM does not support bmm2_scale")
+    if return_lse_base not in (None, "basee", "base2"):
+        raise ValueError(
+            f"return_lse_base must be 'basee', 'base2', or None; got {return_lse_base!r}"
+        )
+    fmt = str(kv_scale_format).lower().replace("-", "_")
+    if fmt not in ("auto", "pow2_fp32", "arbitrary_fp32"):
+        raise ValueError(f"kv_scale_format {kv_scale_format!r} is not a v32/GLM format")
+    return fmt
+
+
+def _check_query(
+    query: torch.Tensor,
+    workspace_buffer: torch.Tensor,
+    kv_lora_rank: int,
+    qk_rope_head_dim: int,
+    fmt: str,
+    kv_scale_format: str,
+) -> bool:
+    """Query rank, dtype, layout, head count and the workspace's device; returns True for the
+    GLM-5.3 NoPE layout."""
+    import torch
+
+    if query.ndim != 4:
+        raise ValueError(f"Expected query.ndim == 4, got {query.ndim}")
+    if query.dtype != torch.bfloat16:
+        raise ValueError(f"SM120 sparse MLA v32/GLM expects BF16 query, got {query.dtype}")
+    heads, dqk = query.shape[2], query.shape[3]
+    rope_v32 = kv_lora_rank == 512 and qk_rope_head_dim == 64 and dqk == 576
+    nope = kv_lora_rank == 512 and qk_rope_head_dim == 0 and dqk == 512 and fmt == "arbitrary_fp32"
+    if not (rope_v32 or nope):
+        raise ValueError(
+            "SM120 sparse MLA expects either the v32/GLM_NSA 512+64 layout or GLM-5.3 native "
+            f"NoPE 512+0 with arbitrary_fp32 scales; got kv_lora_rank={kv_lora_rank}, "
+            f"qk_rope_head_dim={qk_rope_head_dim}, query dim={dqk}, kv_scale_format={kv_scale_format!r}"
+        )
+    if heads > 128:
+        raise ValueError(f"Expected num_heads <= 128, got {heads}")
+    if workspace_buffer.device != query.device:
+        raise ValueError(f"workspace_buffer must be on query device {query.device}")
+    return nope
+
+
+def _check_cache(kv_cache: torch.Tensor, nope: bool) -> torch.Tensor:
+    """The packed uint8 cache, as ``[pages, page, W]`` (a ``[pages, 1, page, W]`` is squeezed)."""
+    import torch
+
+    if kv_cache.dtype != torch.uint8:
+        raise ValueError(
+            f"SM120 sparse MLA v32/GLM backend expects packed uint8 kv_cache, got {kv_cache.dtype}"
+        )
+    min_w = 528 if nope else 656
+    if kv_cache.ndim == 4:
+        if kv_cache.shape[1] != 1:
+            raise ValueError(
+                f"expected kv_cache [num_pages, 1, page_size, W], got {tuple(kv_cache.shape)}"
+            )
+        kv_cache = kv_cache.squeeze(1)
+    if kv_cache.ndim != 3 or kv_cache.shape[-1] < min_w:
+        raise ValueError(
+            f"expected packed kv_cache last dim >= {min_w}, got {tuple(kv_cache.shape)}"
+        )
+    return kv_cache
+
+
+def _check_block_tables(block_tables: torch.Tensor, expected: tuple[int, int, int]) -> None:
+    import torch
+
+    if block_tables.dtype != torch.int32:
+        raise ValueError(f"block_tables must have dtype torch.int32, got {block_tables.dtype}")
+    if tuple(block_tables.shape) != expected:
+        raise ValueError(
+            "SM120 sparse MLA v32/GLM expects sparse block_tables shape "
+            f"{expected}, got {tuple(block_tables.shape)}"
+        )
+
+
+def _active_counts(seq_lens: torch.Tensor | None, bsz: int, q_len: int) -> torch.Tensor | None:
+    """Active top-k prefix length per query token (None = every column is active)."""
+    import torch
+
+    if seq_lens is None:
+        return None
+    flat_t = bsz * q_len
+    if seq_lens.dtype != torch.int32:
+        raise ValueError(f"seq_lens must have dtype torch.int32, got {seq_lens.dtype}")
+    if (seq_lens.ndim == 2 and tuple(seq_lens.shape) == (bsz, q_len)) or (
+        seq_lens.ndim == 1 and seq_lens.numel() == flat_t
+    ):
+        return seq_lens.reshape(flat_t)
+    if seq_lens.ndim == 1 and seq_lens.numel() == bsz:
+        return None
+    raise ValueError(
+        "seq_lens for SM120 sparse MLA v32/GLM must be shaped either "
+        f"({bsz},), ({flat_t},), or ({bsz}, {q_len}); got {tuple(seq_lens.shape)}"
+    )
+
+
+def _check_out_lse(
+    out: torch.Tensor | None,
+    lse: torch.Tensor | None,
+    return_lse: bool,
+    query: torch.Tensor,
+) -> torch.Tensor | None:
+    """Caller-given ``out`` and ``lse`` buffers; returns ``lse`` viewed ``[B*q_len, H]`` or None."""
+    import torch
+
+    bsz, q_len, heads = query.shape[:3]
+    expected_out = (bsz, q_len, heads, 512)
+    if out is not None and (
+        tuple(out.shape) != expected_out
+        or out.dtype != torch.bfloat16
+        or out.device != query.device
+    ):
+        raise ValueError(
+            f"Invalid shape of out: expected {expected_out}, got {out.shape}"
+            if tuple(out.shape) != expected_out
+            else f"Invalid dtype/device of out: {out.dtype} {out.device}"
+        )
+    if not (return_lse and lse is not None):
+        return None
+    flat_t = bsz * q_len
+    if tuple(lse.shape) not in ((flat_t, heads), (bsz, q_len, heads)) or lse.dtype != torch.float32:
+        raise ValueError(
+            f"lse must have shape {(flat_t, heads)} or {(bsz, q_len, heads)} float32; got "
+            f"{tuple(lse.shape)} {lse.dtype}"
+        )
+    return lse.view(flat_t, heads)
+
+
+def _dequant_rows(
+    kv_cache: torch.Tensor, nope: bool, fmt: str
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Flat rows (row = page * page_size + offset) -> (latent, rope or None for NoPE)."""
+    import torch
+
+    rows = kv_cache.reshape(-1, kv_cache.shape[-1])
+    latent, rope = unpack_fp8_ds_mla(rows, kv_lora_rank=512, rope_dim=0 if nope else 64)
+    if fmt in ("auto", "pow2_fp32"):
+        scales = rows[:, 512:528].contiguous().view(torch.float32)
+        if not _is_pow2(scales):
+            raise ValueError("kv_scale_format pow2_fp32 needs power-of-two scales in the cache")
+    return latent, None if nope else rope
+
+
+# The contract of trtllm_batch_decode_with_kv_cache_mla_ref below, a CPU/CUDA stand-in for
+# FlashInfer's SM120 sparse-MLA decode (backend="sparse").
+#
+# Signature: flashinfer.decode.trtllm_batch_decode_with_kv_cache_mla of flashinfer-python
+# 0.7.2.post1 (the version vLLM 0.33 pins), keyword for keyword. It reproduces only the SM120
+# packed sparse v32/GLM route, the one vLLM's FLASHINFER_MLA_SPARSE_SM120 backend takes
+# (sparse_mla_top_k > 0), with the same argument checks and results:
+#
+# * query BF16 [B, q_len, H, 576] (512 latent + 64 rope) or [B, q_len, H, 512] for GLM-5.3 NoPE
+#   (qk_rope_head_dim == 0, kv_scale_format="arbitrary_fp32"), H <= 128;
+# * kv_cache uint8 [pages, page, W] or [pages, 1, page, W] in the fp8_ds_mla layout (W = 656, or
+#   >= 528 for NoPE); rows are addressed flat: row = page * page_size + offset;
+# * block_tables int32 [B, q_len, sparse_mla_top_k] *physical row* indices (vLLM passes the
+#   converted top-k, topk_indices_physical.unsqueeze(1)); -1 slots are masked;
+# * seq_lens = active top-k prefix length per query token, shaped [B, q_len] or [B*q_len] (a [B]
+#   tensor with q_len > 1, or None, means every column is active); max_seq_len is ignored, as in
+#   FlashInfer's sparse route;
+# * bmm1_scale (float) is the softmax scale; bmm2_scale must be 1.0;
+# * out BF16 [B, q_len, H, 512] (allocated when None); lse float32 [B*q_len, H] or
+#   [B, q_len, H]; return_lse returns (out, lse); the LSE is base 2 unless
+#   return_lse_base="basee"; a token with no active slot gets output 0 and LSE -inf (FlashInfer
+#   0.7.2.post1's documented empty-row contract);
+# * kv_scale_format: "auto"/"pow2_fp32" (power-of-two scales, checked here) or "arbitrary_fp32";
+#   the dequantized value is fp8 * scale in both.
+#
+# sparse_mla_top_k_lens raises FlashInfer's SM120 error. Sinks, skip-softmax, DCP flags of the
+# CuTeDSL kernel, dense MLA and the other backends are not reproduced (ValueError). The real SM120
+# kernel cannot run on this machine; this function is what the CPU tests use in its place. The
+# workspace buffer is only checked for device placement.
+def trtllm_batch_decode_with_kv_cache_mla_ref(
     query: torch.Tensor,
     kv_cache: torch.Tensor,
     workspace_buffer: torch.Tensor,
@@ -386,163 +587,42 @@ def trtllm_batch_decode_with_kv_cache_mla_ref(  # noqa: C901  (mirrors FlashInfe
     use_fp16_softmax: bool | None = None,
     return_lse_base: str | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """CPU/CUDA stand-in for FlashInfer's SM120 sparse-MLA decode (``backend="sparse"``).
-
-    Signature: ``flashinfer.decode.trtllm_batch_decode_with_kv_cache_mla`` of flashinfer-python
-    0.7.2.post1 (the version vLLM 0.33 pins), keyword for keyword. It reproduces only the SM120
-    packed sparse v32/GLM route, the one vLLM's ``FLASHINFER_MLA_SPARSE_SM120`` backend takes
-    (``sparse_mla_top_k > 0``), with the same argument checks and results:
-
-    * ``query`` BF16 ``[B, q_len, H, 576]`` (512 latent + 64 rope) or ``[B, q_len, H, 512]`` for
-      GLM-5.3 NoPE (``qk_rope_head_dim == 0``, ``kv_scale_format="arbitrary_fp32"``), H <= 128;
-    * ``kv_cache`` uint8 ``[pages, page, W]`` or ``[pages, 1, page, W]`` in the fp8_ds_mla layout
-      (W = 656, or >= 528 for NoPE); rows are addressed flat: row = page * page_size + offset;
-    * ``block_tables`` int32 ``[B, q_len, sparse_mla_top_k]`` *physical row* indices (vLLM passes
-      the converted top-k, ``topk_indices_physical.unsqueeze(1)``); ``-1`` slots are masked;
-    * ``seq_lens`` = active top-k prefix length per query token, shaped ``[B, q_len]`` or
-      ``[B*q_len]`` (a ``[B]`` tensor with q_len > 1, or None, means every column is active);
-      ``max_seq_len`` is ignored, as in FlashInfer's sparse route;
-    * ``bmm1_scale`` (float) is the softmax scale; ``bmm2_scale`` must be 1.0;
-    * ``out`` BF16 ``[B, q_len, H, 512]`` (allocated when None); ``lse`` float32 ``[B*q_len, H]`` or
-      ``[B, q_len, H]``; ``return_lse`` returns ``(out, lse)``; the LSE is base 2 unless
-      ``return_lse_base="basee"``; a token with no active slot gets output 0 and LSE ``-inf``
-      (FlashInfer 0.7.2.post1's documented empty-row contract);
-    * ``kv_scale_format``: ``"auto"``/``"pow2_fp32"`` (power-of-two scales, checked here) or
-      ``"arbitrary_fp32"``; the dequantized value is ``fp8 * scale`` in both.
-
-    ``sparse_mla_top_k_lens`` raises FlashInfer's SM120 error. Sinks, skip-softmax, DCP flags of
-    the CuTeDSL kernel, dense MLA and the other backends are not reproduced (ValueError). The
-    real SM120 kernel cannot run on this machine; this function is what the CPU tests use in its
-    place. The workspace buffer is only checked for device placement.
-    """
+    """Stand-in for FlashInfer's SM120 sparse-MLA decode; the contract is the comment above."""
     import torch
 
-    if sparse_mla_top_k <= 0:
-        raise ValueError("reference reproduces only the sparse route (sparse_mla_top_k > 0)")
-    if backend not in ("auto", "sparse"):
-        raise ValueError(f"reference reproduces backend 'sparse' only, got {backend!r}")
-    if sparse_mla_top_k_lens is not None:
-        raise ValueError(
-            "sparse_mla_top_k_lens is not supported by the SM120 sparse MLA backend; "
-            "pass per-token active top-k lengths via seq_lens instead"
-        )
-    if sinks is not None or skip_softmax_threshold_scale_factor is not None:
-        raise ValueError("reference does not reproduce sinks / skip-softmax")
-    if enable_dcp or cp_world != 1 or cum_seq_lens_q is not None:
-        raise ValueError("enable_dcp / cum_seq_lens_q belong to other backends")
-    if use_fp16_softmax:
-        raise ValueError("use_fp16_softmax is only supported by backend='trtllm-gen'")
-    if not uses_shared_paged_kv_idx:
-        raise ValueError("SM120 sparse MLA v32/GLM expects shared sparse page indices")
-    if isinstance(bmm1_scale, torch.Tensor) or isinstance(bmm2_scale, torch.Tensor):
-        raise ValueError("SM120 sparse MLA v32/GLM expects float bmm1_scale/bmm2_scale")
-    if float(bmm2_scale) != 1.0:
-        raise ValueError("SM120 sparse MLA v32/GLM does not support bmm2_scale")
-    if return_lse_base not in (None, "basee", "base2"):
-        raise ValueError(
-            f"return_lse_base must be 'basee', 'base2', or None; got {return_lse_base!r}"
-        )
-    fmt = str(kv_scale_format).lower().replace("-", "_")
-    if fmt not in ("auto", "pow2_fp32", "arbitrary_fp32"):
-        raise ValueError(f"kv_scale_format {kv_scale_format!r} is not a v32/GLM format")
-    if query.ndim != 4:
-        raise ValueError(f"Expected query.ndim == 4, got {query.ndim}")
-    if query.dtype != torch.bfloat16:
-        raise ValueError(f"SM120 sparse MLA v32/GLM expects BF16 query, got {query.dtype}")
+    _check_route(sparse_mla_top_k, backend, sparse_mla_top_k_lens)
+    _reject_unreproduced(
+        sinks, skip_softmax_threshold_scale_factor, enable_dcp, cp_world, cum_seq_lens_q
+    )
+    fmt = _check_kernel_options(
+        use_fp16_softmax,
+        uses_shared_paged_kv_idx,
+        bmm1_scale,
+        bmm2_scale,
+        return_lse_base,
+        kv_scale_format,
+    )
+    nope = _check_query(
+        query, workspace_buffer, kv_lora_rank, qk_rope_head_dim, fmt, kv_scale_format
+    )
+    kv_cache = _check_cache(kv_cache, nope)
     bsz, q_len, heads, dqk = query.shape
-    rope_v32 = kv_lora_rank == 512 and qk_rope_head_dim == 64 and dqk == 576
-    nope = kv_lora_rank == 512 and qk_rope_head_dim == 0 and dqk == 512 and fmt == "arbitrary_fp32"
-    if not (rope_v32 or nope):
-        raise ValueError(
-            "SM120 sparse MLA expects either the v32/GLM_NSA 512+64 layout or GLM-5.3 native "
-            f"NoPE 512+0 with arbitrary_fp32 scales; got kv_lora_rank={kv_lora_rank}, "
-            f"qk_rope_head_dim={qk_rope_head_dim}, query dim={dqk}, kv_scale_format={kv_scale_format!r}"
-        )
-    if heads > 128:
-        raise ValueError(f"Expected num_heads <= 128, got {heads}")
-    if workspace_buffer.device != query.device:
-        raise ValueError(f"workspace_buffer must be on query device {query.device}")
-    if kv_cache.dtype != torch.uint8:
-        raise ValueError(
-            f"SM120 sparse MLA v32/GLM backend expects packed uint8 kv_cache, got {kv_cache.dtype}"
-        )
-    min_w = 528 if nope else 656
-    if kv_cache.ndim == 4:
-        if kv_cache.shape[1] != 1:
-            raise ValueError(
-                f"expected kv_cache [num_pages, 1, page_size, W], got {tuple(kv_cache.shape)}"
-            )
-        kv_cache = kv_cache.squeeze(1)
-    if kv_cache.ndim != 3 or kv_cache.shape[-1] < min_w:
-        raise ValueError(
-            f"expected packed kv_cache last dim >= {min_w}, got {tuple(kv_cache.shape)}"
-        )
-    if block_tables.dtype != torch.int32:
-        raise ValueError(f"block_tables must have dtype torch.int32, got {block_tables.dtype}")
-    if tuple(block_tables.shape) != (bsz, q_len, sparse_mla_top_k):
-        raise ValueError(
-            "SM120 sparse MLA v32/GLM expects sparse block_tables shape "
-            f"{(bsz, q_len, sparse_mla_top_k)}, got {tuple(block_tables.shape)}"
-        )
-    flat_t = bsz * q_len
-    counts: torch.Tensor | None = None
-    if seq_lens is not None:
-        if seq_lens.dtype != torch.int32:
-            raise ValueError(f"seq_lens must have dtype torch.int32, got {seq_lens.dtype}")
-        if (seq_lens.ndim == 2 and tuple(seq_lens.shape) == (bsz, q_len)) or (
-            seq_lens.ndim == 1 and seq_lens.numel() == flat_t
-        ):
-            counts = seq_lens.reshape(flat_t)
-        elif seq_lens.ndim == 1 and seq_lens.numel() == bsz:
-            counts = None
-        else:
-            raise ValueError(
-                "seq_lens for SM120 sparse MLA v32/GLM must be shaped either "
-                f"({bsz},), ({flat_t},), or ({bsz}, {q_len}); got {tuple(seq_lens.shape)}"
-            )
-    expected_out = (bsz, q_len, heads, 512)
-    if out is not None and (
-        tuple(out.shape) != expected_out
-        or out.dtype != torch.bfloat16
-        or out.device != query.device
-    ):
-        raise ValueError(
-            f"Invalid shape of out: expected {expected_out}, got {out.shape}"
-            if tuple(out.shape) != expected_out
-            else f"Invalid dtype/device of out: {out.dtype} {out.device}"
-        )
-    lse_view: torch.Tensor | None = None
-    if return_lse and lse is not None:
-        if (
-            tuple(lse.shape) not in ((flat_t, heads), (bsz, q_len, heads))
-            or lse.dtype != torch.float32
-        ):
-            raise ValueError(
-                f"lse must have shape {(flat_t, heads)} or {(bsz, q_len, heads)} float32; got "
-                f"{tuple(lse.shape)} {lse.dtype}"
-            )
-        lse_view = lse.view(flat_t, heads)
-
-    page = kv_cache.shape[1]
-    rows = kv_cache.reshape(-1, kv_cache.shape[-1])
-    latent, rope = unpack_fp8_ds_mla(rows, kv_lora_rank=512, rope_dim=0 if nope else 64)
-    if fmt in ("auto", "pow2_fp32"):
-        scales = rows[:, 512:528].contiguous().view(torch.float32)
-        if not _is_pow2(scales):
-            raise ValueError("kv_scale_format pow2_fp32 needs power-of-two scales in the cache")
-    del page
+    _check_block_tables(block_tables, (bsz, q_len, sparse_mla_top_k))
+    counts = _active_counts(seq_lens, bsz, q_len)
+    lse_view = _check_out_lse(out, lse, return_lse, query)
+    latent, rope = _dequant_rows(kv_cache, nope, fmt)
     o, lse_val = sparse_mla_decode(
-        query.reshape(flat_t, heads, dqk),
+        query.reshape(bsz * q_len, heads, dqk),
         latent,
-        rope if not nope else None,
-        block_tables.reshape(flat_t, sparse_mla_top_k),
+        rope,
+        block_tables.reshape(bsz * q_len, sparse_mla_top_k),
         counts,
         softmax_scale=float(bmm1_scale),
         lse_base="e" if return_lse_base == "basee" else "2",
     )
     if out is None:
-        out = torch.empty(expected_out, dtype=torch.bfloat16, device=query.device)
-    out.copy_(o.reshape(expected_out).to(torch.bfloat16))
+        out = torch.empty((bsz, q_len, heads, 512), dtype=torch.bfloat16, device=query.device)
+    out.copy_(o.reshape(out.shape).to(torch.bfloat16))
     if not return_lse:
         return out
     if lse_view is not None:

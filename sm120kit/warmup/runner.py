@@ -193,7 +193,6 @@ class WarmupSupervisor:
         os.set_blocking(r, False)
         spec = {
             "config": self.cfg.to_json(),
-            "world": self.cfg.dcp,
             "fd": w,
             "parent_pid": os.getpid(),
             "result_dir": str(self.tmp),
@@ -391,23 +390,9 @@ class WarmupSupervisor:
             now = time.monotonic()
             if self.on_update:
                 self.on_update(self.states)
-            failed = [s for s in self.states if s.error]
-            if failed:
-                s = failed[0]
-                msg = f"rank {s.rank} failed in phase {s.phase}: {s.error}"
-                # a peer that died without a word is the likelier cause (gloo then errors here)
-                dead = [
-                    d for d in self.states
-                    if d.pid is not None and not d.done and not d.error and not _alive(d.pid)
-                ]  # fmt: skip
-                if dead:
-                    d = dead[0]
-                    return "error", (
-                        d.rank,
-                        f"rank {d.rank} (pid {d.pid}) died in phase {d.phase} without an error "
-                        f"report; then {msg}",
-                    )
-                return "error", (s.rank, msg)
+            failure = self._reported_failure()
+            if failure is not None:
+                return "error", failure
             if all(s.done for s in self.states):
                 results = [json.loads(Path(s.result_path or "").read_text()) for s in self.states]
                 return "ok", results
@@ -436,6 +421,26 @@ class WarmupSupervisor:
             live = [s for s in self.states if not s.done]
             if live and all(now - s.last_progress > self._limit(s) for s in live):
                 return "stall", self.stall_report(now)
+
+    def _reported_failure(self) -> tuple[int, str] | None:
+        """(rank, message) for the first rank that reported an error; a peer that died without
+        a word is named instead, as the likelier cause (gloo then errors in the reporter)."""
+        failed = [s for s in self.states if s.error]
+        if not failed:
+            return None
+        s = failed[0]
+        msg = f"rank {s.rank} failed in phase {s.phase}: {s.error}"
+        dead = [
+            d for d in self.states
+            if d.pid is not None and not d.done and not d.error and not _alive(d.pid)
+        ]  # fmt: skip
+        if dead:
+            d = dead[0]
+            return d.rank, (
+                f"rank {d.rank} (pid {d.pid}) died in phase {d.phase} without an error "
+                f"report; then {msg}"
+            )
+        return s.rank, msg
 
     def _dead_rank(self, now: float) -> RankState | None:
         """A started rank whose process is gone for a second without a result or an error
@@ -589,17 +594,17 @@ def run_under_torchrun(cfg: RunConfig, *, on_log: LogCallback | None = None) -> 
 
     cfg.validate()
     rank = int(os.environ["RANK"])
-    world = int(os.environ["WORLD_SIZE"])
-    if world != cfg.dcp:
+    world_size = int(os.environ["WORLD_SIZE"])
+    if world_size != cfg.dcp:
         raise UserError(
-            f"torchrun WORLD_SIZE {world} != --dcp {cfg.dcp}", hint="start --nproc-per-node=DCP"
+            f"torchrun WORLD_SIZE {world_size} != --dcp {cfg.dcp}", hint="start --nproc-per-node=DCP"
         )
     if cfg.device == "cuda" and "LOCAL_RANK" in os.environ:
         import torch
 
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
     rep = Reporter(rank, None)
-    run = RankRun(cfg, rank, world, rep)
+    run = RankRun(cfg, rank, rep)
 
     def watchdog() -> None:
         while True:
@@ -619,26 +624,26 @@ def run_under_torchrun(cfg: RunConfig, *, on_log: LogCallback | None = None) -> 
     threading.Thread(target=watchdog, name="warmup-watchdog", daemon=True).start()
     t0 = time.monotonic()
     res = run.run("env://")
-    gathered = _gather_json(res, world, run.device)
+    gathered = _gather_json(res, cfg.dcp, run.device)
     dist.destroy_process_group()
     if rank != 0:
         return None
     return _summarize(cfg, gathered, time.monotonic() - t0)
 
 
-def _gather_json(obj: Any, world: int, device: Any) -> list[Any]:
+def _gather_json(obj: Any, dcp: int, device: Any) -> list[Any]:
     """``all_gather_object`` without numpy: JSON bytes in a padded uint8 tensor."""
     import torch
     import torch.distributed as dist
 
     data = torch.tensor(list(json.dumps(obj).encode()), dtype=torch.uint8, device=device)
     size = torch.tensor([data.numel()], dtype=torch.int64, device=device)
-    sizes = [torch.zeros_like(size) for _ in range(world)]
+    sizes = [torch.zeros_like(size) for _ in range(dcp)]
     dist.all_gather(sizes, size)
     width = int(max(int(x) for x in sizes))
     padded = torch.zeros(width, dtype=torch.uint8, device=device)
     padded[: data.numel()] = data
-    bufs = [torch.zeros_like(padded) for _ in range(world)]
+    bufs = [torch.zeros_like(padded) for _ in range(dcp)]
     dist.all_gather(bufs, padded)
     return [
         json.loads(bytes(b[: int(n)].cpu().tolist()).decode())

@@ -85,9 +85,9 @@ def build_shard(cfg: RunConfig, data: GlobalData, rank: int) -> Shard:
     """This rank's fp8_ds_mla cache and block table (rows copied byte for byte)."""
     import torch
 
-    n, i, bsz, s = cfg.dcp, cfg.interleave, cfg.block_size, cfg.kv_len
+    dcp, i, bsz, s = cfg.dcp, cfg.interleave, cfg.block_size, cfg.kv_len
     g = torch.Generator().manual_seed(cfg.seed * 1000 + 17 + rank)
-    local = [P.local_len(s, rank, n, i) for _ in range(cfg.batch)]
+    local = [P.local_len(s, rank, dcp, i) for _ in range(cfg.batch)]
     blocks = [P.cdiv(x, bsz) for x in local]
     total = sum(blocks)
     width = max(max(blocks), 1)
@@ -104,7 +104,7 @@ def build_shard(cfg: RunConfig, data: GlobalData, rank: int) -> Shard:
         if not ll:
             continue
         loc = torch.arange(ll)
-        glob = (loc // i) * (n * i) + rank * i + loc % i  # plan.global_index, vectorized
+        glob = (loc // i) * (dcp * i) + rank * i + loc % i  # plan.global_index, vectorized
         phys = table[bi, loc // bsz].long() * bsz + loc % bsz
         cache[phys] = data.rows[bi, glob]
     return Shard(rank=rank, cache=cache, block_table=table, local_tokens=local, local_blocks=blocks)

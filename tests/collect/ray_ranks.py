@@ -32,8 +32,8 @@ class DcpWarmupRank:
     """One DCP warmup rank (``sm120kit.warmup.rank.RankRun``) in a Ray actor; progress lines go
     to ``progress`` (JSON lines, appended atomically) so the test knows where each rank is."""
 
-    def __init__(self, rank: int, world: int, progress: str) -> None:
-        self.rank, self.world, self.progress = rank, world, progress
+    def __init__(self, rank: int, dcp: int, progress: str) -> None:
+        self.rank, self.dcp, self.progress = rank, dcp, progress
 
     def where(self) -> dict[str, Any]:
         import ray
@@ -48,10 +48,10 @@ class DcpWarmupRank:
             print(f"rank {self.rank}: downloading with {os.environ['SM120KIT_TEST_SECRET']}",
                   file=sys.stderr, flush=True)
 
-        cfg = RunConfig(dcp=self.world, heads_per_rank=2, topk=256, seq_len=1024,
+        cfg = RunConfig(dcp=self.dcp, heads_per_rank=2, topk=256, seq_len=1024,
                         inject_stall=stall, stall_timeout=600)
         fd = os.open(self.progress, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        return RankRun(cfg, self.rank, self.world, Reporter(self.rank, fd)).run(init_method)
+        return RankRun(cfg, self.rank, Reporter(self.rank, fd)).run(init_method)
 
 
 class IdleRank:

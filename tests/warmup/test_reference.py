@@ -7,6 +7,7 @@ import ast
 import inspect
 import math
 import zipfile
+from typing import Any
 
 import pytest
 import torch  # tests/requirements.txt installs it: a missing torch fails, it does not skip
@@ -264,6 +265,14 @@ def test_merge_all_empty_rows() -> None:
         assert bool((torch.cat(mo, 1) == 0).all()) and bool(torch.isinf(torch.cat(ml, 1)).all())
 
 
+def _fi_args(q: torch.Tensor, cache: torch.Tensor, ws: torch.Tensor, bt: torch.Tensor,
+             seq_lens: torch.Tensor) -> dict[str, Any]:
+    """FlashInfer's keywords for a 576-wide v32 query over 128 top-k slots, scale 0.04."""
+    return dict(query=q, kv_cache=cache, workspace_buffer=ws, qk_nope_head_dim=128,
+                kv_lora_rank=512, qk_rope_head_dim=64, block_tables=bt, seq_lens=seq_lens,
+                max_seq_len=128, sparse_mla_top_k=128, bmm1_scale=0.04)
+
+
 def test_trtllm_ref_against_dequantized() -> None:
     g = torch.Generator().manual_seed(11)
     pages, rows = 4, 4 * 64
@@ -277,17 +286,7 @@ def test_trtllm_ref_against_dequantized() -> None:
         seq_lens = torch.tensor([100, 0], dtype=torch.int32)
         ws = torch.empty(16, dtype=torch.uint8)
         out, lse = R.trtllm_batch_decode_with_kv_cache_mla_ref(
-            query=q,
-            kv_cache=cache.unsqueeze(1),
-            workspace_buffer=ws,
-            qk_nope_head_dim=128,
-            kv_lora_rank=512,
-            qk_rope_head_dim=64,
-            block_tables=bt,
-            seq_lens=seq_lens,
-            max_seq_len=128,
-            sparse_mla_top_k=128,
-            bmm1_scale=0.04,
+            **_fi_args(q, cache.unsqueeze(1), ws, bt, seq_lens),
             bmm2_scale=1.0,
             return_lse=True,
             kv_scale_format=fmt,
@@ -299,19 +298,7 @@ def test_trtllm_ref_against_dequantized() -> None:
         assert float((out.float().view(2, 8, 512) - eo).abs().max()) < 2e-2  # bf16 output
         assert torch.allclose(lse[0], el[0], atol=1e-5) and bool(torch.isinf(lse[1]).all())
         assert bool((out[1] == 0).all())
-    base = dict(
-        query=q,
-        kv_cache=cache,
-        workspace_buffer=ws,
-        qk_nope_head_dim=128,
-        kv_lora_rank=512,
-        qk_rope_head_dim=64,
-        block_tables=bt,
-        seq_lens=seq_lens,
-        max_seq_len=128,
-        sparse_mla_top_k=128,
-        bmm1_scale=0.04,
-    )
+    base = _fi_args(q, cache, ws, bt, seq_lens)
     with pytest.raises(ValueError, match="sparse_mla_top_k_lens is not supported"):
         R.trtllm_batch_decode_with_kv_cache_mla_ref(**base, sparse_mla_top_k_lens=seq_lens)
     with pytest.raises(ValueError, match="Invalid shape of out"):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 from sm120kit.doctor.context import DoctorContext
@@ -21,6 +23,17 @@ def _snap_or_skip(ctx: DoctorContext) -> tuple[Any, Outcome | None]:
         return snap, skip("no GPU visible" + (f" ({snap.visible_note})"
                                               if snap.visible_note else ""))
     return snap, None
+
+
+def _with_gpus(fn: Callable[[DoctorContext, Any], Outcome]) -> Callable[[DoctorContext], Outcome]:
+    """A check over the NVML snapshot: skipped when NVML is unavailable or no GPU is visible."""
+
+    @functools.wraps(fn)
+    def run(ctx: DoctorContext) -> Outcome:
+        snap, sk = _snap_or_skip(ctx)
+        return sk if sk else fn(ctx, snap)
+
+    return run
 
 
 def _label(g: GpuInfo) -> str:
@@ -56,10 +69,8 @@ def nvml(ctx: DoctorContext) -> Outcome:
 
 
 @check("gpu.sm120", tier=1, title="Every visible GPU is SM120 (compute capability 12.0)")
-def sm120(ctx: DoctorContext) -> Outcome:
-    snap, sk = _snap_or_skip(ctx)
-    if sk:
-        return sk
+@_with_gpus
+def sm120(ctx: DoctorContext, snap: Any) -> Outcome:
     per = {str(g.index): {"name": g.name, "cc": list(g.compute_capability)
                           if g.compute_capability else None} for g in snap.gpus}
     bad = [g for g in snap.gpus if g.compute_capability != (12, 0)]
@@ -84,10 +95,8 @@ def sm120(ctx: DoctorContext) -> Outcome:
 
 
 @check("gpu.memory", tier=1, title="GPU memory free, stray compute processes")
-def memory(ctx: DoctorContext) -> Outcome:
-    snap, sk = _snap_or_skip(ctx)
-    if sk:
-        return sk
+@_with_gpus
+def memory(ctx: DoctorContext, snap: Any) -> Outcome:
     per: dict[str, Any] = {}
     probs: list[str] = []
     for g in snap.gpus:
@@ -106,10 +115,8 @@ def memory(ctx: DoctorContext) -> Outcome:
 
 
 @check("gpu.bar1", tier=1, title="BAR1 size (Resizable BAR)")
-def bar1(ctx: DoctorContext) -> Outcome:
-    snap, sk = _snap_or_skip(ctx)
-    if sk:
-        return sk
+@_with_gpus
+def bar1(ctx: DoctorContext, snap: Any) -> Outcome:
     small = [g for g in snap.gpus if g.bar1_total is not None and g.memory_total
              and g.bar1_total < min(g.memory_total, 32 * GiB)]
     per = {str(g.index): {"bar1_total": g.bar1_total, "memory_total": g.memory_total}
@@ -125,10 +132,8 @@ def bar1(ctx: DoctorContext) -> Outcome:
 
 
 @check("gpu.pcie", tier=1, title="PCIe link: max gen/width, replay counters")
-def pcie(ctx: DoctorContext) -> Outcome:
-    snap, sk = _snap_or_skip(ctx)
-    if sk:
-        return sk
+@_with_gpus
+def pcie(ctx: DoctorContext, snap: Any) -> Outcome:
     per: dict[str, Any] = {}
     probs: list[str] = []
     for g in snap.gpus:
@@ -150,10 +155,8 @@ def pcie(ctx: DoctorContext) -> Outcome:
 
 
 @check("gpu.clocks", tier=1, title="Clock-event reasons (throttling)")
-def clocks(ctx: DoctorContext) -> Outcome:
-    snap, sk = _snap_or_skip(ctx)
-    if sk:
-        return sk
+@_with_gpus
+def clocks(ctx: DoctorContext, snap: Any) -> Outcome:
     per = {str(g.index): {"reasons": g.clock_event_names, "sm_mhz": g.clock_sm_mhz,
                           "sm_max_mhz": g.clock_sm_max_mhz, "temperature_c": g.temperature_c,
                           "power_w": g.power_draw_w, "power_limit_w": g.power_limit_w}
@@ -168,10 +171,8 @@ def clocks(ctx: DoctorContext) -> Outcome:
 
 
 @check("gpu.settings", tier=1, title="Persistence, MIG, ECC, compute mode")
-def settings(ctx: DoctorContext) -> Outcome:
-    snap, sk = _snap_or_skip(ctx)
-    if sk:
-        return sk
+@_with_gpus
+def settings(ctx: DoctorContext, snap: Any) -> Outcome:
     per: dict[str, Any] = {}
     fails: list[str] = []
     warns: list[str] = []
@@ -199,10 +200,8 @@ def settings(ctx: DoctorContext) -> Outcome:
 
 
 @check("gpu.p2p", tier=1, title="Pairwise P2P status and topology (NVML)")
-def p2p(ctx: DoctorContext) -> Outcome:
-    snap, sk = _snap_or_skip(ctx)
-    if sk:
-        return sk
+@_with_gpus
+def p2p(ctx: DoctorContext, snap: Any) -> Outcome:
     n = len(snap.gpus)
     if n < 2:
         return skip("one GPU visible: no pairs")

@@ -26,6 +26,38 @@ def _sm120_pcie_box(ctx: DoctorContext) -> bool:
     return bool(snap is not None and snap.available and sm120_pcie_no_nvlink(snap)[0])
 
 
+def _graph_file(ctx: DoctorContext, fails: list[str], warns: list[str], fixes: list[str]) -> None:
+    """NCCL_GRAPH_FILE: set but empty or missing; with a high --gpu-memory-utilization."""
+    gf = ctx.environ.get("NCCL_GRAPH_FILE")
+    if gf is None:
+        return
+    if not gf.strip():
+        fails.append("NCCL_GRAPH_FILE is set to an empty string")
+        fixes.append("unset NCCL_GRAPH_FILE")
+    elif not os.path.isfile(gf):
+        fails.append(f"NCCL_GRAPH_FILE={gf} does not exist")
+        fixes.append("point NCCL_GRAPH_FILE at an existing topology XML or unset it")
+    plan = ctx.launch.serve if ctx.launch else None
+    if plan and plan.gpu_memory_utilization and plan.gpu_memory_utilization > 0.93:
+        warns.append(f"NCCL_GRAPH_FILE with --gpu-memory-utilization "
+                     f"{plan.gpu_memory_utilization} > 0.93: 'Failed to CUDA calloc'")
+        fixes.append("lower --gpu-memory-utilization to <= 0.93")
+
+
+def _p2p_disable(ctx: DoctorContext, warns: list[str], fixes: list[str]) -> None:
+    """NCCL_P2P_DISABLE=1: without --disable-custom-all-reduce at TP 2; off an SM120 PCIe box."""
+    if ctx.environ.get("NCCL_P2P_DISABLE") != "1":
+        return
+    plan = ctx.launch.serve if ctx.launch else None
+    if plan is not None and plan.tp == 2 and not plan.disable_custom_all_reduce:
+        warns.append("NCCL_P2P_DISABLE=1 without --disable-custom-all-reduce: custom "
+                     "all-reduce still uses the broken P2P path")
+        fixes.append("add --disable-custom-all-reduce")
+    elif not _sm120_pcie_box(ctx):  # there it is the fix (nccl.p2p_pcie)
+        warns.append("NCCL_P2P_DISABLE=1: P2P off (slower all-reduce; a workaround for "
+                     "IOMMU/ACS hangs, fix those instead)")
+
+
 @check("nccl.env", tier=0, title="NCCL environment variables that are known traps")
 def nccl_env(ctx: DoctorContext) -> Outcome:
     env = ctx.environ
@@ -33,28 +65,8 @@ def nccl_env(ctx: DoctorContext) -> Outcome:
     fails: list[str] = []
     warns: list[str] = []
     fixes: list[str] = []
-    gf = env.get("NCCL_GRAPH_FILE")
-    if gf is not None:
-        if not gf.strip():
-            fails.append("NCCL_GRAPH_FILE is set to an empty string")
-            fixes.append("unset NCCL_GRAPH_FILE")
-        elif not os.path.isfile(gf):
-            fails.append(f"NCCL_GRAPH_FILE={gf} does not exist")
-            fixes.append("point NCCL_GRAPH_FILE at an existing topology XML or unset it")
-        plan = ctx.launch.serve if ctx.launch else None
-        if plan and plan.gpu_memory_utilization and plan.gpu_memory_utilization > 0.93:
-            warns.append(f"NCCL_GRAPH_FILE with --gpu-memory-utilization "
-                         f"{plan.gpu_memory_utilization} > 0.93: 'Failed to CUDA calloc'")
-            fixes.append("lower --gpu-memory-utilization to <= 0.93")
-    if env.get("NCCL_P2P_DISABLE") == "1":
-        plan = ctx.launch.serve if ctx.launch else None
-        if plan is not None and plan.tp == 2 and not plan.disable_custom_all_reduce:
-            warns.append("NCCL_P2P_DISABLE=1 without --disable-custom-all-reduce: custom "
-                         "all-reduce still uses the broken P2P path")
-            fixes.append("add --disable-custom-all-reduce")
-        elif not _sm120_pcie_box(ctx):  # there it is the fix (nccl.p2p_pcie)
-            warns.append("NCCL_P2P_DISABLE=1: P2P off (slower all-reduce; a workaround for "
-                         "IOMMU/ACS hangs, fix those instead)")
+    _graph_file(ctx, fails, warns, fixes)
+    _p2p_disable(ctx, warns, fixes)
     if env.get("NCCL_SHM_DISABLE") == "1":
         warns.append("NCCL_SHM_DISABLE=1: with P2P off too, NCCL falls back to sockets")
     for var in ("NCCL_PROTO", "NCCL_ALGO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS",
