@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, BinaryIO
 
+from sm120kit.diagnose.catalogue import load as load_catalogue
 from sm120kit.diagnose.rules import run_rules
 from sm120kit.diagnose.rules.base import BundleFacts, Finding, RuleContext, StackView, field_phase
 from sm120kit.diagnose.rules.watchdog_desync import watchdog_by_rank
@@ -275,7 +276,8 @@ def _feed(an: LogAnalysis, source: str, fh: IO[bytes], notes: list[str]) -> None
 
 
 def diagnose(paths: list[Path | str], *, config: str | Path | None = None,
-             environ: Mapping[str, str] | None = None) -> DiagnoseResult:
+             environ: Mapping[str, str] | None = None,
+             catalogue: list[str | Path] | None = None) -> DiagnoseResult:
     """Analyse the inputs; raise ``UserError`` when nothing usable is in them.
 
     ``config``: the model's config.json (or its directory) for ``kv_capacity``; without it the
@@ -283,7 +285,8 @@ def diagnose(paths: list[Path | str], *, config: str | Path | None = None,
     model_cfg = _model_config(config) if config is not None else None
     if not paths:
         raise UserError("nothing to diagnose", hint="sm120kit diagnose LOG|DIR|BUNDLE.tar.gz")
-    an = LogAnalysis()
+    cat = load_catalogue(catalogue or (), dict(os.environ if environ is None else environ))
+    an = LogAnalysis(scanner=cat.scan)
     notes: list[str] = []
     facts: BundleFacts | None = None
     kinds: set[str] = set()
@@ -347,7 +350,7 @@ def diagnose(paths: list[Path | str], *, config: str | Path | None = None,
                              "a pasted ticket, or a `sm120kit collect` bundle")
     kv = kv_capacity(an.kv, an.vs.config, os.environ if environ is None else environ,
                      cfg=model_cfg)
-    ctx = RuleContext(logs=an, bundle=facts, kv=kv)
+    ctx = RuleContext(logs=an, bundle=facts, kv=kv, catalogue=cat)
     findings = run_rules(ctx)
     res = _result([str(x) for x in paths], "bundle" if "bundle" in kinds else
                   ("logs" if "logs" in kinds else "log"), an, facts, findings, notes)

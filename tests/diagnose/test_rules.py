@@ -47,13 +47,13 @@ def test_first_dead_rank_beats_later_timeouts(tmp_path: Path) -> None:
     res = _run(tmp_path, rows)
     assert res.exit_code == 1
     top = res.findings[0]
-    assert top.rule in ("out-of-memory", "first-dead-rank")
+    assert top.category in ("out-of-memory", "rank-crashed")
     dead = next(f for f in res.findings if f.rule == "first-dead-rank")
     assert dead.category == "rank-crashed" and dead.ranks == [2]
     assert "Worker_TP2" in dead.summary and "OutOfMemoryError" in dead.summary
     assert any(e.line > 0 and "OutOfMemoryError" in e.text for e in dead.evidence)
-    oom = next(f for f in res.findings if f.rule == "out-of-memory")
-    assert oom.category == "out-of-memory"
+    oom = next(f for f in res.findings if f.category == "out-of-memory")
+    assert oom.rule == "cuda-oom"  # the catalogue entry (catalogue/memory.toml)
     rank2 = next(r for r in res.ranks if r["rank"] == 2)
     assert rank2["exception"].startswith("torch.OutOfMemoryError")
     assert rank2["died"] is not None and rank2["exit_code"] == 1
@@ -159,8 +159,8 @@ def test_healthy_startup_with_warmup_shm_waits_is_clean(tmp_path: Path) -> None:
 def test_shared_memory(tmp_path: Path) -> None:
     rows = L.startup(2, 1) + [L.NCCL_SHM_WARN.format(pid=400, tid=410, r=0)]
     res = _run(tmp_path, rows)
-    f = next(f for f in res.findings if f.rule == "shared-memory")
-    assert f.category == "shared-memory" and "--ipc=host" in f.fix
+    f = next(f for f in res.findings if f.category == "shared-memory")
+    assert f.rule == "shm-segment" and "--ipc=host" in f.fix
 
 
 def test_p2p_transport(tmp_path: Path) -> None:
@@ -197,6 +197,7 @@ def test_config_invalid(tmp_path: Path) -> None:
             f"(APIServer pid=1) {L.DIVISIBLE}"]
     res = _run(tmp_path, rows)
     assert res.findings[0].category == "config-invalid"
+    assert res.findings[0].rule == "config-rejected" and "divisible" in res.findings[0].summary
     assert res.config["tp"] == 6 and res.config["dcp"] == 4
 
 

@@ -1,0 +1,96 @@
+"""The failure-signature catalogue: entries as data (``*.toml`` in this folder), compiled into
+one scanner.
+
+An entry names one cause by the lines that state it (``patterns``: several wordings across
+releases), the lines that follow from it and are not separate causes (``symptoms``), the forms
+that look alike but are advice, help or completion (``excludes``), its ``category`` (the fixed
+list of ``sm120kit.diagnose.categories``), ``priority``, ``phase``, ``fix`` and the public
+``sources`` that establish it. Users add entries with ``--catalogue FILE|DIR`` or
+``$SM120KIT_CATALOGUE`` (``os.pathsep``-separated); an entry with a shipped id replaces it.
+
+``Catalogue.scan(line)`` is one combined regex test per line (the gate); only a line that
+passes it is tried against the single entries. Advice (``If you are running out of memory,
+consider ...``), help text and completion lines (``torch.compile takes N s in total``) are
+never evidence, whatever an entry's patterns say.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sm120kit.diagnose.catalogue.schema import CatalogueError, Entry, parse_file
+
+SHIPPED = Path(__file__).resolve().parent
+ENV = "SM120KIT_CATALOGUE"
+PREFIX = "cat:"
+# a line that only advises, helps or reports completion (no error stated on it)
+_NOT_EVIDENCE = re.compile(
+    r"(?i)\b(?:consider(?:ing)? (?:increas|decreas|reduc|lower|rais|using|setting|adding)|"
+    r"if you (?:are|want|see|encounter|need)|you (?:can|may|might|should) (?:try|set|use|increase|"
+    r"decrease|reduce|lower|pass|add|disable|enable)|"
+    r"is deprecated|will be removed|usage: |--help\b|"
+    r"takes? [\d.]+ ?s in total|graph capturing finished|loading weights took|"
+    r"finished in [\d.]+ ?s|completed in [\d.]+ ?s)")
+_ERROR_STATED = re.compile(r"Error\b|Exception\b|error:|ERROR|FAILED|[Ff]ailed\b|Traceback")
+
+
+def not_evidence(line: str) -> bool:
+    """Advice, help, deprecation or completion with no error stated on the same line."""
+    return bool(_NOT_EVIDENCE.search(line)) and not _ERROR_STATED.search(line)
+
+
+@dataclass
+class Catalogue:
+    entries: dict[str, Entry] = field(default_factory=dict)
+    files: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.compile()
+
+    def compile(self) -> None:
+        alts = [p for e in self.entries.values() for p in e.patterns]
+        self._gate = re.compile("|".join(f"(?:{p})" for p in alts)) if alts else None
+        self._order = sorted(self.entries.values(), key=lambda e: (-e.priority, e.id))
+
+    def scan(self, line: str) -> list[tuple[str, re.Match[str]]]:
+        """(``cat:<id>``, match) of every entry that names this line as evidence."""
+        if self._gate is None or not self._gate.search(line) or not_evidence(line):
+            return []
+        out = []
+        for e in self._order:
+            m = e.match(line)
+            if m is not None:
+                out.append((PREFIX + e.id, m))
+        return out
+
+    def get(self, eid: str) -> Entry | None:
+        return self.entries.get(eid.removeprefix(PREFIX))
+
+
+def _files(path: Path) -> list[Path]:
+    if path.is_dir():
+        return sorted(path.glob("*.toml"))
+    if path.is_file():
+        return [path]
+    raise CatalogueError(f"{path}: no such catalogue file or directory")
+
+
+def load(extra: Iterable[str | Path] = (), environ: dict[str, str] | None = None) -> Catalogue:
+    """The shipped entries, then ``$SM120KIT_CATALOGUE``, then ``extra`` (later ids win)."""
+    env = (os.environ if environ is None else environ).get(ENV, "")
+    paths = [SHIPPED] + [Path(p) for p in env.split(os.pathsep) if p] + [Path(p) for p in extra]
+    cat = Catalogue()
+    for root in paths:
+        for f in _files(root):
+            for e in parse_file(f):
+                cat.entries[e.id] = e
+            cat.files.append(str(f))
+    cat.compile()
+    return cat
+
+
+__all__ = ["Catalogue", "CatalogueError", "Entry", "ENV", "PREFIX", "load", "not_evidence"]
