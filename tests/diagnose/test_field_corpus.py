@@ -161,6 +161,7 @@ def scores(results: list[tuple[dict[str, Any], dict[str, Any]]]) -> dict[str, An
 
 # measured on tests/data/field-logs (the tuning corpus); floors are the measured values
 FLOORS = {"top1": 26, "top3": 27}
+CONFIDENT_WRONG_MAX = 1  # measured: 1 of 81 top-3 findings (jasl-ds4-mtp2-attempt-0731)
 HIGH_BIN_TARGET = 0.90
 
 
@@ -179,3 +180,7 @@ def test_tuning_table_and_calibration(results: list[tuple[dict[str, Any], dict[s
     if os.environ.get("SM120KIT_FIELD_LOGS"):
         return  # another corpus: print only, the floors are the tuning corpus'
     assert s["top1"] >= FLOORS["top1"] and s["top3"] >= FLOORS["top3"], s
+    assert s["benign_exit1"] == 0 and s["false_all_clear"] == 0, s
+    assert s["confident_wrong"] <= CONFIDENT_WRONG_MAX, s
+    k, ok = s["bins"][">=0.8"]
+    assert k and ok / k >= HIGH_BIN_TARGET, f"findings at >= 0.8 right {ok}/{k}"

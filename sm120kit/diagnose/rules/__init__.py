@@ -40,6 +40,7 @@ from sm120kit.diagnose.rules import (
     watchdog_desync,
 )
 from sm120kit.diagnose.rules.base import CATEGORIES, Finding, Rule, RuleContext
+from sm120kit.diagnose.rules.fold import fold
 from sm120kit.evidence.logs.analyze import Evidence
 
 RULES: tuple[Rule, ...] = (
@@ -92,6 +93,7 @@ def run_rules(ctx: RuleContext) -> list[Finding]:
                              summary=f"rule {rule.id} failed: {type(exc).__name__}: {exc}",
                              evidence=[Evidence("sm120kit", 0, "internal rule error")])]
         out.extend(f for f in found if f.category in CATEGORIES)
+    out = fold(out, ctx.catalogue)
     specific = [f for f in out if f.rule not in _FALLBACK and f.confidence >= 0.4]
     if specific:
         out = [f for f in out if f.rule not in _FALLBACK]
