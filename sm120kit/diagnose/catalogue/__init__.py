@@ -93,4 +93,17 @@ def load(extra: Iterable[str | Path] = (), environ: dict[str, str] | None = None
     return cat
 
 
-__all__ = ["Catalogue", "CatalogueError", "Entry", "ENV", "PREFIX", "load", "not_evidence"]
+
+
+
+def explain(cat: Catalogue, eid: str) -> dict[str, object]:
+    """One entry as a dict (``--explain ID``); ``CatalogueError`` naming the known ids."""
+    e = cat.get(eid)
+    if e is None:
+        raise CatalogueError(f"no catalogue entry {eid!r}; entries: {', '.join(sorted(cat.entries))}")
+    return {"id": e.id, "category": e.category, "summary": e.summary, "confidence": e.confidence,
+            "priority": e.priority, "phase": e.phase, "requires": e.requires or None,
+            "patterns": e.patterns, "symptoms": e.symptoms, "excludes": e.excludes,
+            "fix": e.fix, "sources": e.sources, "since": e.since or None,
+            "until": e.until or None, "file": e.file}
+__all__ = ["Catalogue", "CatalogueError", "Entry", "ENV", "PREFIX", "explain", "load", "not_evidence"]
