@@ -158,3 +158,46 @@ def test_new_wordings_and_capture_errors_are_named(tmp_path: Path) -> None:
                 "uncaptured work in another stream")
     p.write_text("\n".join(rows) + "\n")
     assert diagnose([p]).findings[0].category == "cudagraph-capture"
+
+
+def test_unknown_names_the_root_error_line_phase_and_nearest_entries(tmp_path: Path) -> None:
+    """An error no entry knows: ``unknown`` with the innermost exception of the chain (Python
+    prints the cause first), its file:line, the phase, and the three nearest entries."""
+    rows = ["(EngineCore_DP0 pid=10) INFO 01-01 00:00:00 [gpu_model_runner.py:1] Starting to load model x",
+            "(EngineCore_DP0 pid=10) Traceback (most recent call last):",
+            "(EngineCore_DP0 pid=10) RuntimeError: CUDA error: operation not permitted when stream "
+            "is being recorded by a graph",
+            "(EngineCore_DP0 pid=10) The above exception was the direct cause of the following exception:",
+            "(EngineCore_DP0 pid=10) Traceback (most recent call last):",
+            "(EngineCore_DP0 pid=10) RuntimeError: Engine core initialization failed."]
+    p = tmp_path / "u.log"
+    p.write_text("\n".join(rows) + "\n")
+    f = diagnose([p]).findings[0]
+    assert f.category in ("unknown", "rank-crashed"), f
+    assert "u.log:3" in f.summary and "weight-load" in f.summary
+    near = f.summary.split("looks like: ", 1)[1]
+    assert near.startswith("stream-capture-unsupported — https://") and near.count(" — ") == 3
+
+
+def test_nearest_ranks_the_relative_first() -> None:
+    from sm120kit.diagnose.catalogue.nearest import nearest
+    es = list(C.load(environ={}).entries.values())
+    assert nearest(es, "OSError: shared memory segment /psm_1 could not be created")[0][0].id == \
+        "shm-segment"
+    assert nearest(es, "RuntimeError: CUDA error: out of memory while allocating workspace")[0][0].id \
+        == "cuda-oom"
+
+
+def test_corrupt_gzip_and_unrelated_text_are_refused(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "vllm.log.gz"
+    bad.write_bytes(b"\x1f\x8b\x08\x00" + bytes(range(7, 200)))
+    assert cli.run(["diagnose", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "corrupt gzip" in err and "empty" not in err
+    prose = tmp_path / "notes.txt"
+    prose.write_text((Path(__file__).resolve().parents[2] / "LICENSE").read_text()
+                     if (Path(__file__).resolve().parents[2] / "LICENSE").is_file()
+                     else "Shopping list\n- eggs\n- bread\n- call the plumber on Tuesday\n")
+    assert cli.run(["diagnose", str(prose)]) == 2
+    assert "no log lines" in capsys.readouterr().err

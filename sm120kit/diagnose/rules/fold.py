@@ -5,12 +5,14 @@
   matched catalogue entry lists among its ``symptoms``, is dropped, its evidence added to the
   cause (with the rank and process that failed first);
 * a generic finding that a strong cause (a dead-rank line stating the error, >= 0.8) does not
-  share lines with stays, at most at 0.6: the crash is known, its own cause is the other one.
+  share lines with stays, at most at 0.6: the crash is known, its own cause is the other one;
+* with no cause at all, the crash finding names its error line and the three nearest entries.
 """
 
 from __future__ import annotations
 
 from sm120kit.diagnose.catalogue import Catalogue
+from sm120kit.diagnose.catalogue.nearest import looks_like
 from sm120kit.diagnose.rules.base import Finding
 
 GENERIC = ("rank-crashed", "unknown")
@@ -38,4 +40,14 @@ def fold(findings: list[Finding], cat: Catalogue | None) -> list[Finding]:
         if f.rule == "first-dead-rank":  # keep who failed first: "Worker_TP2 pid 402 failed first"
             host.ranks = host.ranks or f.ranks
             host.summary += f" ({f.summary.split(': ', 1)[0]})"
+    if not causes:
+        _point(out, cat)
     return out
+
+
+def _point(findings: list[Finding], cat: Catalogue | None) -> None:
+    """No cause named: the crash finding points at its error line and the nearest entries."""
+    for f in findings:
+        if f.rule == "first-dead-rank" and f.evidence and "looks like:" not in f.summary:
+            e = next((x for x in f.evidence if "Traceback (most recent" not in x.text), f.evidence[0])
+            f.summary += f"; error at {e.ref}" + looks_like(cat, e.text)
