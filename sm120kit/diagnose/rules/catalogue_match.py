@@ -43,8 +43,11 @@ def check(ctx: RuleContext) -> list[Finding]:
     out = []
     for e, ev in by_cat.values():
         phase = e.phase or field_phase(ctx.logs.global_tracker.stage)
+        # a line that states the error is dead-rank evidence; a weak entry (configuration seen
+        # beside a stall) ranks as a heuristic
         f = RULE.finding(e.confidence, _summary(e, ev[0]), ev[:5], fix=e.fix,
-                         category=e.category, phase=phase, role=e.role)  # type: ignore[arg-type]
+                         category=e.category, phase=phase, role=e.role,  # type: ignore[arg-type]
+                         tier="dead-rank" if e.confidence >= 0.5 else "config")
         f.rule = e.id
         f.link = e.sources[0] if e.sources else None
         out.append(f)
