@@ -201,3 +201,20 @@ def test_corrupt_gzip_and_unrelated_text_are_refused(tmp_path: Path,
                      else "Shopping list\n- eggs\n- bread\n- call the plumber on Tuesday\n")
     assert cli.run(["diagnose", str(prose)]) == 2
     assert "no log lines" in capsys.readouterr().err
+
+
+def test_gate_literals_are_in_every_match() -> None:
+    """The one-pass gate tests literals first: each must be in every line its pattern matches
+    (checked on every corpus line a shipped pattern matches, and every example)."""
+    from sm120kit.diagnose.catalogue.needles import branches, needles
+    assert branches("a|b(c|d)|[|]x") == ["a", "b(c|d)", "[|]x"]
+    assert needles("Attempted to load weight \\(torch\\.Size") == ["Attempted to load weight (torch.Size"]
+    assert needles("ab?c") is None and needles("(?i)killed") is None
+    cat = C.load(environ={})
+    for e in cat.entries.values():
+        lines = _source_lines(e.sources) + e.examples
+        for pat, rx in zip(e.patterns, e._rx, strict=True):
+            lits = needles(pat)
+            for ln in lines:
+                if rx.search(ln):
+                    assert lits is None or any(n in ln for n in lits), (e.id, pat, ln)

@@ -8,7 +8,8 @@ list of ``sm120kit.diagnose.categories``), ``priority``, ``phase``, ``fix`` and 
 ``sources`` that establish it. Users add entries with ``--catalogue FILE|DIR`` or
 ``$SM120KIT_CATALOGUE`` (``os.pathsep``-separated); an entry with a shipped id replaces it.
 
-``Catalogue.scan(line)`` is one combined regex test per line (the gate); only a line that
+``Catalogue.scan(line)`` is one gate per line (the literals every pattern's match contains as
+substring tests, plus one combined regex for the few patterns without one); only a line that
 passes it is tried against the single entries. Advice (``If you are running out of memory,
 consider ...``), help text and completion lines (``torch.compile takes N s in total``) are
 never evidence, whatever an entry's patterns say.
@@ -22,6 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sm120kit.diagnose.catalogue.needles import needles
 from sm120kit.diagnose.catalogue.schema import CatalogueError, Entry, parse_file
 
 SHIPPED = Path(__file__).resolve().parent
@@ -52,13 +54,29 @@ class Catalogue:
         self.compile()
 
     def compile(self) -> None:
-        alts = [p for e in self.entries.values() for p in e.patterns]
-        self._gate = re.compile("|".join(f"(?:{p})" for p in alts)) if alts else None
+        """The gate: the literal every match of a pattern contains (substring tests), and one
+        combined regex for the patterns without such a literal."""
+        lits: set[str] = set()
+        rest = []
+        for p in (p for e in self.entries.values() for p in e.patterns):
+            n = needles(p)
+            if n is None:
+                rest.append(p)
+            else:
+                lits.update(n)
+        self._needles = tuple(sorted(lits))
+        self._gate = re.compile("|".join(f"(?:{p})" for p in rest)) if rest else None
         self._order = sorted(self.entries.values(), key=lambda e: (-e.priority, e.id))
+
+    def passes(self, line: str) -> bool:
+        for n in self._needles:
+            if n in line:
+                return True
+        return self._gate is not None and self._gate.search(line) is not None
 
     def scan(self, line: str) -> list[tuple[str, re.Match[str]]]:
         """(``cat:<id>``, match) of every entry that names this line as evidence."""
-        if self._gate is None or not self._gate.search(line) or not_evidence(line):
+        if not self.passes(line) or not_evidence(line):
             return []
         out = []
         for e in self._order:
