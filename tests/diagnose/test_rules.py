@@ -180,8 +180,8 @@ def test_library_version_kwarg(tmp_path: Path) -> None:
     rows = L.startup(2, 1) + ["(Worker_TP0 pid=400) Traceback (most recent call last):",
                               f"(Worker_TP0 pid=400) {L.KWARG}"]
     res = _run(tmp_path, rows)
-    f = next(f for f in res.findings if f.rule == "library-version")
-    assert f.category == "library-version" and "FlashInfer" in f.summary
+    f = next(f for f in res.findings if f.category == "library-version")
+    assert f.rule == "flashinfer-sparse-mla-api" and "FlashInfer" in f.summary  # catalogue entry
 
 
 def test_device_fault(tmp_path: Path) -> None:
