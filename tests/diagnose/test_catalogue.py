@@ -218,3 +218,10 @@ def test_gate_literals_are_in_every_match() -> None:
             for ln in lines:
                 if rx.search(ln):
                     assert lits is None or any(n in ln for n in lits), (e.id, pat, ln)
+
+
+def test_a_completion_line_is_not_read_as_the_stall() -> None:
+    """vllm-33155 ends on 'torch.compile takes 4.51 s in total': compile finished there."""
+    f = diagnose([FIELD / "vllm-33155.txt"]).findings[0]
+    assert "finished" in f.summary and "stops during" not in f.summary
+    assert f.category == "unknown" and f.confidence < 0.5

@@ -29,20 +29,26 @@ from sm120kit.diagnose.catalogue.schema import CatalogueError, Entry, parse_file
 SHIPPED = Path(__file__).resolve().parent
 ENV = "SM120KIT_CATALOGUE"
 PREFIX = "cat:"
-# a line that only advises, helps or reports completion (no error stated on it)
-_NOT_EVIDENCE = re.compile(
+# a line that only advises or helps (no error stated on it)
+_ADVICE = re.compile(
     r"(?i)\b(?:consider(?:ing)? (?:increas|decreas|reduc|lower|rais|using|setting|adding)|"
     r"if you (?:are|want|see|encounter|need)|you (?:can|may|might|should) (?:try|set|use|increase|"
     r"decrease|reduce|lower|pass|add|disable|enable)|"
-    r"is deprecated|will be removed|usage: |--help\b|"
-    r"takes? [\d.]+ ?s in total|graph capturing finished|loading weights took|"
-    r"finished in [\d.]+ ?s|completed in [\d.]+ ?s)")
+    r"is deprecated|will be removed|usage: |--help\b)")
+# a line that reports a phase *finished*: progress, never "stopped in that phase"
+_COMPLETION = re.compile(
+    r"(?i)takes? [\d.]+ ?s in total|graph capturing finished|loading weights took|"
+    r"model loading took|finished in [\d.]+ ?s|completed in [\d.]+ ?s")
 _ERROR_STATED = re.compile(r"Error\b|Exception\b|error:|ERROR|FAILED|[Ff]ailed\b|Traceback")
+
+
+def is_completion(line: str) -> bool:
+    return bool(_COMPLETION.search(line)) and not _ERROR_STATED.search(line)
 
 
 def not_evidence(line: str) -> bool:
     """Advice, help, deprecation or completion with no error stated on the same line."""
-    return bool(_NOT_EVIDENCE.search(line)) and not _ERROR_STATED.search(line)
+    return bool(_ADVICE.search(line) or _COMPLETION.search(line)) and not _ERROR_STATED.search(line)
 
 
 @dataclass
@@ -124,4 +130,5 @@ def explain(cat: Catalogue, eid: str) -> dict[str, object]:
             "patterns": e.patterns, "symptoms": e.symptoms, "excludes": e.excludes,
             "fix": e.fix, "sources": e.sources, "since": e.since or None,
             "until": e.until or None, "file": e.file}
-__all__ = ["Catalogue", "CatalogueError", "Entry", "ENV", "PREFIX", "explain", "load", "not_evidence"]
+__all__ = ["Catalogue", "CatalogueError", "Entry", "ENV", "PREFIX", "explain", "is_completion", "load",
+           "not_evidence"]

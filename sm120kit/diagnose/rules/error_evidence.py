@@ -9,6 +9,7 @@ starts from its closest relative.
 
 from __future__ import annotations
 
+from sm120kit.diagnose.catalogue import is_completion
 from sm120kit.diagnose.catalogue.nearest import looks_like
 from sm120kit.diagnose.rules.base import Finding, Rule, RuleContext, field_phase, first_failing
 from sm120kit.evidence.logs.analyze import Evidence
@@ -22,9 +23,12 @@ def check(ctx: RuleContext) -> list[Finding]:
         said = d.symptoms[:2] + d.complaints[:2]
         stop = lg.stopped_excerpt()
         if not said and stop is not None and lg.last_text is not None:
+            done = is_completion(lg.last_text.text)  # "torch.compile takes 4.5 s in total"
             return [RULE.finding(
-                0.3, f"the pasted log stops during {stop} without an error: either the run hung "
-                "right there or its failure is after the excerpt", [lg.last_text],
+                0.3, (f"the pasted log ends right after a step of {stop} finished; the failure "
+                      "is after the excerpt" if done else
+                      f"the pasted log stops during {stop} without an error: either the run "
+                      "hung right there or its failure is after the excerpt"), [lg.last_text],
                 phase=field_phase(stop), role="position",
                 fix="Paste the lines after this point (or the whole log); if there are none, the "
                     "run is stuck here: take every rank's stack (`sm120kit collect --attach "
