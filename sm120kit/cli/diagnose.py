@@ -14,21 +14,29 @@ from rich.markup import escape
 from rich.table import Table
 
 from sm120kit.cli import options
+from sm120kit.diagnose.catalogue import explain
+from sm120kit.diagnose.catalogue import load as load_catalogue
 from sm120kit.diagnose.engine import DiagnoseResult, diagnose
 from sm120kit.errors import UserError
 from sm120kit.report import clip_words, console, dump_json
 
 
 @click.command("diagnose")
-@click.argument("inputs", nargs=-1, required=True)
+@click.argument("inputs", nargs=-1)
 @options.json_option
 @options.markdown_option
 @click.option("--max-ranks", default=16, show_default=True, help="Rows of the per-rank table.")
 @click.option("--config", "config_path", type=click.Path(), default=None,
               help="The model's config.json (or dir) for kv_capacity / dcp-not-engaged "
               "(default: the model dir or HF cache the log names).")
+@click.option("--catalogue", "catalogues", multiple=True, type=click.Path(),
+              help="A catalogue file or directory of *.toml entries added to the shipped ones "
+              "(repeatable; also $SM120KIT_CATALOGUE).")
+@click.option("--explain", "explain_id", default=None, metavar="ID",
+              help="Print one catalogue entry (patterns, fix, sources) and exit.")
 def diagnose_cmd(inputs: tuple[str, ...], as_json: bool, as_markdown: bool, max_ranks: int,
-                 config_path: str | None) -> int:
+                 config_path: str | None, catalogues: tuple[str, ...],
+                 explain_id: str | None) -> int:
     """Name the phase, the diverging rank and the likely cause of a vLLM hang or crash.
 
     INPUTS: a vLLM/NCCL log (any prefix era; `-` reads stdin), a directory of per-rank logs, or
@@ -36,7 +44,11 @@ def diagnose_cmd(inputs: tuple[str, ...], as_json: bool, as_markdown: bool, max_
     1: findings; 2: unusable input.
     """
     try:
-        res = diagnose(list(inputs), config=config_path)
+        if explain_id is not None:
+            return _explain(explain_id, catalogues, as_json)
+        if not inputs:
+            raise UserError("nothing to diagnose", hint="sm120kit diagnose LOG|DIR|BUNDLE.tar.gz")
+        res = diagnose(list(inputs), config=config_path, catalogue=list(catalogues))
     except UserError as exc:
         if as_json:  # the envelope still goes to stdout; the error line to stderr (exit 2)
             dump_json("diagnose", {"status": "error", "error": exc.message, "hint": exc.hint,
@@ -49,6 +61,21 @@ def diagnose_cmd(inputs: tuple[str, ...], as_json: bool, as_markdown: bool, max_
     else:
         render_human(res, max_ranks=max_ranks)
     return res.exit_code
+
+
+def _explain(eid: str, catalogues: tuple[str, ...], as_json: bool) -> int:
+    d = explain(load_catalogue(catalogues), eid)
+    if as_json:
+        dump_json("diagnose", {"status": "ok", "entry": d})
+        return 0
+    for k, v in d.items():
+        if isinstance(v, list):
+            click.echo(f"{k}:")
+            for x in v:
+                click.echo(f"  - {x}")
+        elif v not in (None, ""):
+            click.echo(f"{k}: {v}")
+    return 0
 
 
 def _kv(d: dict[str, Any]) -> str:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, BinaryIO
 
+from sm120kit.diagnose.catalogue import load as load_catalogue
 from sm120kit.diagnose.rules import run_rules
 from sm120kit.diagnose.rules.base import BundleFacts, Finding, RuleContext, StackView, field_phase
 from sm120kit.diagnose.rules.watchdog_desync import watchdog_by_rank
@@ -264,7 +265,8 @@ def _feed(an: LogAnalysis, source: str, fh: IO[bytes], notes: list[str]) -> None
 
 
 def diagnose(paths: list[Path | str], *, config: str | Path | None = None,
-             environ: Mapping[str, str] | None = None) -> DiagnoseResult:
+             environ: Mapping[str, str] | None = None,
+             catalogue: list[str | Path] | None = None) -> DiagnoseResult:
     """Analyse the inputs; raise ``UserError`` when nothing usable is in them.
 
     ``config``: the model's config.json (or its directory) for ``kv_capacity``; without it the
@@ -272,7 +274,8 @@ def diagnose(paths: list[Path | str], *, config: str | Path | None = None,
     model_cfg = _model_config(config) if config is not None else None
     if not paths:
         raise UserError("nothing to diagnose", hint="sm120kit diagnose LOG|DIR|BUNDLE.tar.gz")
-    an = LogAnalysis()
+    cat = load_catalogue(catalogue or (), dict(os.environ if environ is None else environ))
+    an = LogAnalysis(scanner=cat.scan)
     notes: list[str] = []
     facts: BundleFacts | None = None
     kinds: set[str] = set()
@@ -336,13 +339,25 @@ def diagnose(paths: list[Path | str], *, config: str | Path | None = None,
                              "a pasted ticket, or a `sm120kit collect` bundle")
     kv = kv_capacity(an.kv, an.vs.config, os.environ if environ is None else environ,
                      cfg=model_cfg)
-    ctx = RuleContext(logs=an, bundle=facts, kv=kv)
+    ctx = RuleContext(logs=an, bundle=facts, kv=kv, catalogue=cat)
     findings = run_rules(ctx)
+    if not findings and facts is None and _unrelated(an):
+        raise UserError(f"{', '.join(str(x) for x in paths)}: no log lines: nothing that vLLM, "
+                        "NCCL or torch.distributed writes is in it",
+                        hint="pass the vLLM output (2>&1) or an excerpt of it, per-rank logs, "
+                             "a pasted ticket, or a `sm120kit collect` bundle")
     res = _result([str(x) for x in paths], "bundle" if "bundle" in kinds else
                   ("logs" if "logs" in kinds else "log"), an, facts, findings, notes)
     res.kv_capacity = kv.to_dict() if kv is not None else None
     res.nccl_diag = an.nccl_diag.to_dict() if an.nccl_diag.seen else None
     return res
+
+
+def _unrelated(an: LogAnalysis) -> bool:
+    """Text with no phase, version, configuration, signature, failure or symptom in it."""
+    return (an.global_tracker.stage is None and not an.vs.config and not an.vs.versions
+            and not an.signals and not an.failures and not an.described.symptoms
+            and not an.served and an.progressing_verdict() is None)
 
 
 def _model_config(path: str | Path) -> dict[str, Any]:
@@ -367,7 +382,9 @@ def _feed_tails(an: LogAnalysis, br: BundleReader, pre: str = "") -> None:
 
 
 def _is_plain_gz_log(p: Path) -> bool:
-    """``vllm.log.gz``: a gzip that is not a tar is read as a compressed log."""
+    """``vllm.log.gz``: a gzip that is not a tar is read as a compressed log. A file with the
+    gzip magic whose first block does not decompress is refused (``UserError``, exit 2): it is
+    corrupt, not empty."""
     import gzip
     import tarfile
 
@@ -378,13 +395,14 @@ def _is_plain_gz_log(p: Path) -> bool:
         with tarfile.open(p, "r:gz") as tf:
             tf.next()
         return False
-    except (tarfile.TarError, OSError, EOFError):
+    except READ_ERRORS:
         try:
             with gzip.open(p, "rb") as g:
                 g.read(1)
             return True
-        except (OSError, EOFError):
-            return False
+        except READ_ERRORS as exc:
+            raise UserError(f"{p}: corrupt gzip ({type(exc).__name__}: {exc})",
+                            hint="re-copy the file, or pass the uncompressed log") from None
 
 
 def _open_log(p: Path) -> BinaryIO:

@@ -51,6 +51,7 @@ def _run(e: dict[str, Any]) -> dict[str, Any]:
     except UserError as exc:
         return {"exit": 2, "top": [], "verdict": f"error: {exc.message}"}
     return {"exit": res.exit_code, "top": [f.category for f in res.findings[:3]],
+            "conf": [f.confidence for f in res.findings[:3]],
             "verdict": res.verdict, "state": res.state}
 
 
@@ -117,3 +118,69 @@ def test_every_corpus_file_is_text_evidence(
     """Exit 2 is for empty or binary input only: no pasted excerpt is refused."""
     refused = [e["id"] for e, r in results if r["exit"] == 2]
     assert not refused, refused
+
+
+# --- calibration: is a finding at confidence c right about c of the time? ----------------------
+BINS = ((0.8, 1.01, ">=0.8"), (0.5, 0.8, "0.5-0.8"), (0.0, 0.5, "<0.5"))
+
+
+def _right(e: dict[str, Any]) -> set[str]:
+    """The categories a finding on this log may name and be right: the established cause and
+    the thread's expected categories (consequences included); none for a benign log."""
+    if e["outcome"] in BENIGN:
+        return set()
+    ok = set(e.get("expected_categories") or [])
+    if _cause(e):
+        ok.add(str(_cause(e)))
+    return ok
+
+
+def scores(results: list[tuple[dict[str, Any], dict[str, Any]]]) -> dict[str, Any]:
+    """The tuning table: top-1/top-3 over known causes, false all-clears, benign exit 1,
+    confident-wrong (a top-3 finding at >= 0.8 not among the log's right categories), bins."""
+    known = [(e, r) for e, r in results if _cause(e)]
+    bins = {name: [0, 0] for _lo, _hi, name in BINS}
+    cw = nfind = 0
+    for e, r in results:
+        ok = _right(e)
+        for cat, c in zip(r["top"], r.get("conf", []), strict=False):
+            name = next(n for lo, hi, n in BINS if lo <= c < hi)
+            bins[name][0] += 1
+            bins[name][1] += cat in ok
+            nfind += 1
+            cw += c >= 0.8 and cat not in ok
+    return {
+        "known": len(known),
+        "top1": sum(bool(r["top"]) and r["top"][0] == _cause(e) for e, r in known),
+        "top3": sum(_cause(e) in r["top"] for e, r in known),
+        "false_all_clear": sum(e["outcome"] == "failure" and r["exit"] != 1 for e, r in results),
+        "benign_exit1": sum(e["outcome"] in BENIGN and r["exit"] == 1 for e, r in results),
+        "confident_wrong": cw, "findings": nfind, "bins": bins,
+    }
+
+
+# measured on tests/data/field-logs (the tuning corpus); floors are the measured values
+FLOORS = {"top1": 26, "top3": 27}
+CONFIDENT_WRONG_MAX = 1  # measured: 1 of 81 top-3 findings (jasl-ds4-mtp2-attempt-0731)
+HIGH_BIN_TARGET = 0.90
+
+
+def test_tuning_table_and_calibration(results: list[tuple[dict[str, Any], dict[str, Any]]],
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    s = scores(results)
+    with capsys.disabled():
+        n = max(s["known"], 1)
+        print(f"\ntuning table: top-1 {s['top1']}/{s['known']} = {s['top1'] / n:.0%}, "
+              f"top-3 {s['top3']}/{s['known']} = {s['top3'] / n:.0%}, "
+              f"false all-clear {s['false_all_clear']}, benign exit 1 {s['benign_exit1']}, "
+              f"confident-wrong {s['confident_wrong']}/{s['findings']}")
+        print("  calibration (top-3 findings): bin      findings right rate")
+        for name, (k, ok) in s["bins"].items():
+            print(f"  {'':<31}{name:<9}{k:>8} {ok:>5} {ok / max(k, 1):.0%}")
+    if os.environ.get("SM120KIT_FIELD_LOGS"):
+        return  # another corpus: print only, the floors are the tuning corpus'
+    assert s["top1"] >= FLOORS["top1"] and s["top3"] >= FLOORS["top3"], s
+    assert s["benign_exit1"] == 0 and s["false_all_clear"] == 0, s
+    assert s["confident_wrong"] <= CONFIDENT_WRONG_MAX, s
+    k, ok = s["bins"][">=0.8"]
+    assert k and ok / k >= HIGH_BIN_TARGET, f"findings at >= 0.8 right {ok}/{k}"

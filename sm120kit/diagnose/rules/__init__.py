@@ -10,10 +10,10 @@ from sm120kit.diagnose.rules import (
     autotune_deadlock,
     bundle_stall,
     capture_stall,
+    catalogue_match,
     checkpoint_config,
     cold_start_timeout,
     collective_not_started,
-    config_invalid,
     cross_node,
     dcp_cudagraph,
     dcp_not_engaged,
@@ -24,29 +24,28 @@ from sm120kit.diagnose.rules import (
     error_evidence,
     first_dead_rank,
     flight_recorder,
-    interposer,
     kernel_hang,
     kv_cache_insufficient,
     library_version,
     nccl_counters,
     nccl_diag,
-    out_of_memory,
     p2p_transport,
     pasted_stack,
     ras_state,
     serving_stall,
-    shared_memory,
     stack_asymmetry,
     stall_unexplained,
     timeout_too_short,
     watchdog_desync,
 )
 from sm120kit.diagnose.rules.base import CATEGORIES, Finding, Rule, RuleContext
+from sm120kit.diagnose.rules.fold import fold
 from sm120kit.evidence.logs.analyze import Evidence
 
 RULES: tuple[Rule, ...] = (
     bundle_stall.RULE,
     first_dead_rank.RULE,
+    catalogue_match.RULE,
     checkpoint_config.RULE,
     kv_cache_insufficient.RULE,
     cold_start_timeout.RULE,
@@ -54,11 +53,8 @@ RULES: tuple[Rule, ...] = (
     autotune_deadlock.RULE,
     capture_stall.RULE,
     pasted_stack.RULE,
-    out_of_memory.RULE,
     dcp_unsupported.RULE,
-    config_invalid.RULE,
     library_version.RULE,
-    shared_memory.RULE,
     device_fault.RULE,
     watchdog_desync.RULE,
     nccl_counters.RULE,
@@ -75,7 +71,6 @@ RULES: tuple[Rule, ...] = (
     p2p_transport.RULE,
     dcp_cudagraph.RULE,
     dcp_not_engaged.RULE,
-    interposer.RULE,
     doctor_checks.RULE,
     stall_unexplained.RULE,
     error_evidence.RULE,
@@ -96,6 +91,7 @@ def run_rules(ctx: RuleContext) -> list[Finding]:
                              summary=f"rule {rule.id} failed: {type(exc).__name__}: {exc}",
                              evidence=[Evidence("sm120kit", 0, "internal rule error")])]
         out.extend(f for f in found if f.category in CATEGORIES)
+    out = fold(out, ctx.catalogue)
     specific = [f for f in out if f.rule not in _FALLBACK and f.confidence >= 0.4]
     if specific:
         out = [f for f in out if f.rule not in _FALLBACK]

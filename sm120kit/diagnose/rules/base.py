@@ -13,19 +13,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from sm120kit.diagnose.catalogue import Catalogue
+from sm120kit.diagnose.categories import CATEGORIES, FIELD_PHASES  # noqa: F401 (re-exported)
 from sm120kit.evidence.logs.analyze import Evidence, LogAnalysis, Proc
 from sm120kit.models.kv import KvCapacity
 
-CATEGORIES: tuple[str, ...] = (
-    "rank-crashed", "collective-desync", "p2p-transport", "shared-memory", "library-version",
-    "interposer", "dcp-warmup", "dcp-unsupported", "kernel-hang", "out-of-memory",
-    "timeout-too-short", "config-invalid", "dcp-not-engaged", "autotune-deadlock",
-    "checkpoint-config",
-    "kv-cache-insufficient", "cold-start-timeout", "serving-stall", "cudagraph-capture", "unknown",
-)
-# the phases a finding names (the field's words); the analysis' finer phases map onto them
-FIELD_PHASES: tuple[str, ...] = ("startup", "weight-load", "compile", "autotune", "warmup",
-                                 "capture", "serving")
 _FIELD_OF: dict[str, str] = {
     "engine-init": "startup", "nccl-init": "startup", "model-load": "weight-load",
     "torch-compile": "compile", "kv-cache-profile": "startup", "kernel-warmup": "warmup",
@@ -100,6 +92,7 @@ class RuleContext:
     logs: LogAnalysis
     bundle: BundleFacts | None = None
     kv: KvCapacity | None = None  # KV numbers + effective DCP (sm120kit.evidence.kv)
+    catalogue: Catalogue | None = None  # the failure-signature entries (diagnose.catalogue)
 
     @property
     def config(self) -> dict[str, Any]:

@@ -2,12 +2,16 @@
 
 When no rule names a cause, the errors, exceptions, tracebacks, assertions, timeouts, worker
 deaths and non-zero exits the log records are reported as they are (category ``unknown``), with
-the first of them as evidence and the phase the run was in.
+the root error line (file:line), the phase the run was in and the three catalogue entries whose
+wording is nearest (``catalogue.nearest``: token shingles and difflib), so a new signature
+starts from its closest relative.
 """
 
 from __future__ import annotations
 
-from sm120kit.diagnose.rules.base import Finding, Rule, RuleContext, field_phase
+from sm120kit.diagnose.catalogue import is_completion
+from sm120kit.diagnose.catalogue.nearest import looks_like
+from sm120kit.diagnose.rules.base import Finding, Rule, RuleContext, field_phase, first_failing
 from sm120kit.evidence.logs.analyze import Evidence
 from sm120kit.report import clip_words
 
@@ -19,9 +23,12 @@ def check(ctx: RuleContext) -> list[Finding]:
         said = d.symptoms[:2] + d.complaints[:2]
         stop = lg.stopped_excerpt()
         if not said and stop is not None and lg.last_text is not None:
+            done = is_completion(lg.last_text.text)  # "torch.compile takes 4.5 s in total"
             return [RULE.finding(
-                0.3, f"the pasted log stops during {stop} without an error: either the run hung "
-                "right there or its failure is after the excerpt", [lg.last_text],
+                0.3, (f"the pasted log ends right after a step of {stop} finished; the failure "
+                      "is after the excerpt" if done else
+                      f"the pasted log stops during {stop} without an error: either the run "
+                      "hung right there or its failure is after the excerpt"), [lg.last_text],
                 phase=field_phase(stop), role="position",
                 fix="Paste the lines after this point (or the whole log); if there are none, the "
                     "run is stuck here: take every rank's stack (`sm120kit collect --attach "
@@ -35,13 +42,24 @@ def check(ctx: RuleContext) -> list[Finding]:
             0.3, f"the report describes a failure the quoted lines do not record: "
             f"\"{clip_words(said[0][2], 200)}\"{ends}", [Evidence(*x) for x in said], phase=phase,
             role="effect")]
-    first = lg.failures[0]
+    root = _root(ctx)
     n = lg.failure_count
     phase = field_phase(lg.global_tracker.stage)
     more = f" (and {n - 1} more failure line(s))" if n > 1 else ""
     return [RULE.finding(
-        0.35, f"the log records a failure no rule recognises: {clip_words(first.text, 300)}{more}",
-        lg.failures[:5], phase=phase, role="effect")]
+        0.35, f"the log records a failure no catalogue entry or rule recognises: "
+        f"{clip_words(root.text, 300)}{more}; root error at {root.ref}, phase {phase or 'unknown'}"
+        + looks_like(ctx.catalogue, root.text), [root] + [e for e in lg.failures[:4] if e != root],
+        phase=phase, role="effect")]
+
+
+def _root(ctx: RuleContext) -> Evidence:
+    """The earliest failing process's first exception (in a chained traceback Python prints the
+    innermost cause first), else the first failure line."""
+    p = first_failing(ctx)
+    if p is not None and p.exception_ev is not None:
+        return p.exception_ev
+    return ctx.logs.failures[0]
 
 
 RULE = Rule(

@@ -8,7 +8,8 @@ from sm120kit.report import clip_words
 
 _SECONDARY = ("Watchdog caught", "timed out", "Timeout", "shutting down", "died unexpectedly",
               "EngineDeadError", "One or more workers failed", "failed to start",
-              "initialization failed", "DistBackendError", "watchdog", "Failed core proc")
+              "initialization failed", "DistBackendError", "watchdog", "Failed core proc",
+              "exit code: -6", "exit code -6")
 # exceptions that report another process's failure, not their own
 _EFFECT_TYPES = ("TimeoutError", "EngineDeadError", "DistBackendError", "RayTaskError",
                  "EngineCoreError")
@@ -79,8 +80,9 @@ def check(ctx: RuleContext) -> list[Finding]:
                              fix="Find the first failure before it (other processes' tracebacks, "
                                  "the lines above); `sm120kit collect` keeps every process's "
                                  "output and stacks.")]
+    # without its exception line the rank is known to have failed, not why: a weaker claim
     return [RULE.finding(
-        0.85, f"{p.label} failed first, during {where}: {clip_words(what, 300)}", ev, phase=phase,
+        0.85 if p.exception else 0.6, f"{p.label} failed first, during {where}: {clip_words(what, 300)}", ev, phase=phase,
         role="position", ranks=[p.rank] if p.rank is not None else [])]
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 from sm120kit.diagnose.rules.base import Finding, Rule, RuleContext
+from sm120kit.evidence.logs.analyze import Evidence
 
 _GIB = re.compile(r"Available KV cache memory: (?P<g>-?[\d.]+) ?GiB")
 
@@ -27,7 +28,9 @@ def _available(ctx: RuleContext) -> float | None:
 
 
 def check(ctx: RuleContext) -> list[Finding]:
-    kv = ctx.hits("kv-cache-too-small")
+    if ctx.hits("cat:kv-cache-too-small"):
+        return []  # the catalogue entry names it; this rule reads the numbers alone
+    kv: list[Evidence] = []
     avail = _available(ctx)
     tiny = avail is not None and avail < 0.5
     if not kv and not (tiny and ctx.logs.failures):

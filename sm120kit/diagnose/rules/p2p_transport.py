@@ -10,15 +10,12 @@ from sm120kit.evidence.logs.analyze import Evidence
 
 def check(ctx: RuleContext) -> list[Finding]:
     out: list[Finding] = []
-    bad = ctx.hits("p2p-disabled") + ctx.hits("nccl-remote-error")
     warns = [e for e in ctx.logs.nccl_warns if "P2P" in e.text or "peer" in e.text.lower()
              or "cuIpc" in e.text or "cudaIpc" in e.text]
     if warns:
         out.append(RULE.finding(0.8, "NCCL warned about the peer-to-peer path", warns[:4],
                                 tier="dead-rank"))
-    if bad and ctx.stalled():
-        out.append(RULE.finding(0.6, "GPU peer-to-peer access failed or is unsupported", bad[:4],
-                                tier="gpu"))
+    # the lines that state P2P failed are catalogue entries (catalogue/p2p.toml)
     # a stall right after NCCL init (the first collective) with P2P transports in use
     out += _first_collective(ctx) + _described(ctx) + _first_forward(ctx)
     p2p = sorted({t for ts in ctx.logs.transports.values() for t in ts if t.startswith("P2P")})

@@ -10,7 +10,7 @@ from __future__ import annotations
 import io
 import re
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -190,10 +190,15 @@ class SignalHits:
     values: set[str] = field(default_factory=set)  # the first named group of each match
 
 
+Scanner = Callable[[str], list[tuple[str, re.Match[str]]]]
+
+
 class LogAnalysis:
     """Accumulated facts of every line fed so far."""
 
-    def __init__(self) -> None:
+    def __init__(self, scanner: Scanner | None = None) -> None:
+        #: extra named signatures per line (the diagnose catalogue): ``line -> [(id, match)]``
+        self.scanner = scanner
         self.procs: dict[str, Proc] = {}
         self.vs = VersionScan()
         self.watchdog: list[tuple[WatchdogRecord, Evidence, str]] = []
@@ -526,7 +531,10 @@ class LogAnalysis:
         self._signals(msg, p, ev)
 
     def _signals(self, text: str, p: Proc, ev: Evidence) -> None:
-        for sid, m in match_signals(text):
+        hits = match_signals(text)
+        if self.scanner is not None:
+            hits += self.scanner(text)
+        for sid, m in hits:
             h = self.signals.get(sid)
             if h is None:
                 h = self.signals[sid] = SignalHits()

@@ -1,0 +1,134 @@
+"""The failure-signature catalogue: entries as data (``*.toml`` in this folder), compiled into
+one scanner.
+
+An entry names one cause by the lines that state it (``patterns``: several wordings across
+releases), the lines that follow from it and are not separate causes (``symptoms``), the forms
+that look alike but are advice, help or completion (``excludes``), its ``category`` (the fixed
+list of ``sm120kit.diagnose.categories``), ``priority``, ``phase``, ``fix`` and the public
+``sources`` that establish it. Users add entries with ``--catalogue FILE|DIR`` or
+``$SM120KIT_CATALOGUE`` (``os.pathsep``-separated); an entry with a shipped id replaces it.
+
+``Catalogue.scan(line)`` is one gate per line (the literals every pattern's match contains as
+substring tests, plus one combined regex for the few patterns without one); only a line that
+passes it is tried against the single entries. Advice (``If you are running out of memory,
+consider ...``), help text and completion lines (``torch.compile takes N s in total``) are
+never evidence, whatever an entry's patterns say.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sm120kit.diagnose.catalogue.needles import needles
+from sm120kit.diagnose.catalogue.schema import CatalogueError, Entry, parse_file
+
+SHIPPED = Path(__file__).resolve().parent
+ENV = "SM120KIT_CATALOGUE"
+PREFIX = "cat:"
+# a line that only advises or helps (no error stated on it)
+_ADVICE = re.compile(
+    r"(?i)\b(?:consider(?:ing)? (?:increas|decreas|reduc|lower|rais|using|setting|adding)|"
+    r"if you (?:are|want|see|encounter|need)|you (?:can|may|might|should) (?:try|set|use|increase|"
+    r"decrease|reduce|lower|pass|add|disable|enable)|"
+    r"is deprecated|will be removed|usage: |--help\b)")
+# a line that reports a phase *finished*: progress, never "stopped in that phase"
+_COMPLETION = re.compile(
+    r"(?i)takes? [\d.]+ ?s in total|graph capturing finished|loading weights took|"
+    r"model loading took|finished in [\d.]+ ?s|completed in [\d.]+ ?s")
+_ERROR_STATED = re.compile(r"Error\b|Exception\b|error:|ERROR|FAILED|[Ff]ailed\b|Traceback")
+
+
+def is_completion(line: str) -> bool:
+    return bool(_COMPLETION.search(line)) and not _ERROR_STATED.search(line)
+
+
+def not_evidence(line: str) -> bool:
+    """Advice, help, deprecation or completion with no error stated on the same line."""
+    return bool(_ADVICE.search(line) or _COMPLETION.search(line)) and not _ERROR_STATED.search(line)
+
+
+@dataclass
+class Catalogue:
+    entries: dict[str, Entry] = field(default_factory=dict)
+    files: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.compile()
+
+    def compile(self) -> None:
+        """The gate: the literal every match of a pattern contains (substring tests), and one
+        combined regex for the patterns without such a literal."""
+        lits: set[str] = set()
+        rest = []
+        for p in (p for e in self.entries.values() for p in e.patterns):
+            n = needles(p)
+            if n is None:
+                rest.append(p)
+            else:
+                lits.update(n)
+        self._needles = tuple(sorted(lits))
+        self._gate = re.compile("|".join(f"(?:{p})" for p in rest)) if rest else None
+        self._order = sorted(self.entries.values(), key=lambda e: (-e.priority, e.id))
+
+    def passes(self, line: str) -> bool:
+        for n in self._needles:
+            if n in line:
+                return True
+        return self._gate is not None and self._gate.search(line) is not None
+
+    def scan(self, line: str) -> list[tuple[str, re.Match[str]]]:
+        """(``cat:<id>``, match) of every entry that names this line as evidence."""
+        if not self.passes(line) or not_evidence(line):
+            return []
+        out = []
+        for e in self._order:
+            m = e.match(line)
+            if m is not None:
+                out.append((PREFIX + e.id, m))
+        return out
+
+    def get(self, eid: str) -> Entry | None:
+        return self.entries.get(eid.removeprefix(PREFIX))
+
+
+def _files(path: Path) -> list[Path]:
+    if path.is_dir():
+        return sorted(path.glob("*.toml"))
+    if path.is_file():
+        return [path]
+    raise CatalogueError(f"{path}: no such catalogue file or directory")
+
+
+def load(extra: Iterable[str | Path] = (), environ: dict[str, str] | None = None) -> Catalogue:
+    """The shipped entries, then ``$SM120KIT_CATALOGUE``, then ``extra`` (later ids win)."""
+    env = (os.environ if environ is None else environ).get(ENV, "")
+    paths = [SHIPPED] + [Path(p) for p in env.split(os.pathsep) if p] + [Path(p) for p in extra]
+    cat = Catalogue()
+    for root in paths:
+        for f in _files(root):
+            for e in parse_file(f):
+                cat.entries[e.id] = e
+            cat.files.append(str(f))
+    cat.compile()
+    return cat
+
+
+
+
+
+def explain(cat: Catalogue, eid: str) -> dict[str, object]:
+    """One entry as a dict (``--explain ID``); ``CatalogueError`` naming the known ids."""
+    e = cat.get(eid)
+    if e is None:
+        raise CatalogueError(f"no catalogue entry {eid!r}; entries: {', '.join(sorted(cat.entries))}")
+    return {"id": e.id, "category": e.category, "summary": e.summary, "confidence": e.confidence,
+            "priority": e.priority, "phase": e.phase, "requires": e.requires or None,
+            "patterns": e.patterns, "symptoms": e.symptoms, "excludes": e.excludes,
+            "fix": e.fix, "sources": e.sources, "since": e.since or None,
+            "until": e.until or None, "file": e.file}
+__all__ = ["Catalogue", "CatalogueError", "Entry", "ENV", "PREFIX", "explain", "is_completion", "load",
+           "not_evidence"]

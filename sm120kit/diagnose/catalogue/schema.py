@@ -1,0 +1,141 @@
+"""One catalogue entry and its validation: a malformed entry is one line naming file and key."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sm120kit.diagnose.categories import CATEGORIES, FIELD_PHASES
+from sm120kit.errors import UserError
+
+ROLES = ("cause", "position", "effect")
+GATES = ("", "stall")
+_ID = re.compile(r"^[a-z0-9][a-z0-9-]{1,63}$")
+_STR_LISTS = ("patterns", "symptoms", "excludes", "sources", "examples")
+_KEYS = {"id", "category", "summary", "confidence", "priority", "phase", "fix", "since", "until",
+         "requires", "role", *_STR_LISTS}
+
+
+class CatalogueError(UserError):
+    """A catalogue file or entry that cannot be used (exit 2)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, hint="see docs/diagnose.md#the-catalogue for the entry keys")
+
+
+@dataclass
+class Entry:
+    id: str
+    category: str
+    summary: str
+    patterns: list[str]
+    fix: str
+    confidence: float = 0.85
+    priority: int = 50
+    phase: str | None = None
+    role: str = "cause"
+    requires: str = ""
+    symptoms: list[str] = field(default_factory=list)
+    excludes: list[str] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)
+    examples: list[str] = field(default_factory=list)
+    since: str = ""
+    until: str = ""
+    file: str = ""
+    _rx: list[re.Pattern[str]] = field(default_factory=list, repr=False)
+    _ex: list[re.Pattern[str]] = field(default_factory=list, repr=False)
+    _sym: list[re.Pattern[str]] = field(default_factory=list, repr=False)
+
+    def match(self, line: str) -> re.Match[str] | None:
+        for rx in self._rx:
+            m = rx.search(line)
+            if m is not None:
+                return None if any(x.search(line) for x in self._ex) else m
+        return None
+
+    def is_symptom(self, line: str) -> bool:
+        return any(rx.search(line) for rx in self._sym)
+
+
+def _compile(where: str, key: str, pats: list[str]) -> list[re.Pattern[str]]:
+    out = []
+    for p in pats:
+        try:
+            out.append(re.compile(p))
+        except re.error as exc:
+            raise CatalogueError(f"{where}: key '{key}': bad regex {p!r}: {exc}") from None
+    return out
+
+
+def _check_types(where: str, raw: dict[str, Any]) -> None:
+    unknown = sorted(set(raw) - _KEYS)
+    if unknown:
+        raise CatalogueError(f"{where}: key '{unknown[0]}': not an entry key")
+    for k in ("id", "category", "summary", "fix"):
+        if not isinstance(raw.get(k), str) or not raw[k].strip():
+            raise CatalogueError(f"{where}: key '{k}': required, a non-empty string")
+    for k in _STR_LISTS:
+        v = raw.get(k, [])
+        if not isinstance(v, list) or not all(isinstance(x, str) and x for x in v):
+            raise CatalogueError(f"{where}: key '{k}': must be a list of non-empty strings")
+    if not raw.get("patterns"):
+        raise CatalogueError(f"{where}: key 'patterns': at least one pattern")
+    c = raw.get("confidence", 0.85)
+    if not isinstance(c, (int, float)) or isinstance(c, bool) or not 0 <= c <= 1:
+        raise CatalogueError(f"{where}: key 'confidence': a number from 0 to 1")
+    if not isinstance(raw.get("priority", 50), int):
+        raise CatalogueError(f"{where}: key 'priority': an integer")
+
+
+def _check_values(where: str, raw: dict[str, Any]) -> None:
+    if not _ID.match(raw["id"]):
+        raise CatalogueError(f"{where}: key 'id': lower-case words joined by '-'")
+    if raw["category"] not in CATEGORIES:
+        raise CatalogueError(f"{where}: key 'category': {raw['category']!r} is not one of "
+                             f"{', '.join(CATEGORIES)}")
+    if raw.get("phase") is not None and raw["phase"] not in FIELD_PHASES:
+        raise CatalogueError(f"{where}: key 'phase': one of {', '.join(FIELD_PHASES)}")
+    if raw.get("role", "cause") not in ROLES:
+        raise CatalogueError(f"{where}: key 'role': one of {', '.join(ROLES)}")
+    if raw.get("requires", "") not in GATES:
+        raise CatalogueError(f"{where}: key 'requires': '' or 'stall'")
+
+
+def parse_entry(where: str, raw: Any, file: str) -> Entry:
+    if not isinstance(raw, dict):
+        raise CatalogueError(f"{where}: key 'entry': each [[entry]] is a table")
+    _check_types(where, raw)
+    _check_values(where, raw)
+    e = Entry(**{k: v for k, v in raw.items()}, file=file)
+    e.confidence = float(e.confidence)
+    e._rx = _compile(where, "patterns", e.patterns)
+    e._ex = _compile(where, "excludes", e.excludes)
+    e._sym = _compile(where, "symptoms", e.symptoms)
+    return e
+
+
+def parse_file(path: Path) -> list[Entry]:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CatalogueError(f"{path}: cannot read ({exc})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise CatalogueError(f"{path}: not valid TOML ({exc})") from None
+    extra = sorted(set(data) - {"entry"})
+    if extra:
+        raise CatalogueError(f"{path}: key '{extra[0]}': only [[entry]] tables are allowed")
+    raw = data.get("entry", [])
+    if not isinstance(raw, list):
+        raise CatalogueError(f"{path}: key 'entry': use [[entry]] tables")
+    out, seen = [], set()
+    for i, r in enumerate(raw):
+        where = f"{path}: entry {i + 1}" + (f" ({r.get('id')})" if isinstance(r, dict) else "")
+        e = parse_entry(where, r, str(path))
+        if e.id in seen:
+            raise CatalogueError(f"{where}: key 'id': {e.id!r} appears twice in this file")
+        seen.add(e.id)
+        out.append(e)
+    return out
