@@ -37,10 +37,8 @@ def diagnose_cmd(inputs: tuple[str, ...], as_json: bool, as_markdown: bool, max_
     """
     try:
         res = diagnose(list(inputs), config=config_path)
-    except UserError as exc:
-        if as_json:  # the envelope still goes to stdout; the error line to stderr (exit 2)
-            dump_json("diagnose", {"status": "error", "error": exc.message, "hint": exc.hint,
-                                   "inputs": list(inputs), "findings": []})
+    except UserError as exc:  # printed by the one handler; the JSON keeps diagnose's keys
+        exc.details = {"inputs": list(inputs), "findings": []}
         raise
     if as_json:
         dump_json("diagnose", res.to_dict())

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from sm120kit.cli import options
-from sm120kit.cli.output import emit, json_errors, progress
+from sm120kit.cli.output import emit, progress
 from sm120kit.errors import UserError
 from sm120kit.models.series import load_series
 from sm120kit.patchset.apply import apply_fork, apply_to_checkout
@@ -35,7 +35,6 @@ from sm120kit.patchset.verify import verify_tree
 @click.option("--from", "from_alias", default=None, metavar="ALIAS", help="Take the variant from another alias (porting).")
 @click.option("--port/--no-port", default=None, help="Allow 3-way porting when the variant does not apply.")
 @options.json_option
-@json_errors("apply")
 def apply_cmd(
     alias: str | None, repo: Path | None, base: str | None, into: str | None, checkout: bool,
     dry_run: bool, output: Path | None, installed: bool, python: str | None,
@@ -78,7 +77,6 @@ def apply_cmd(
 @options.branch_option("Alias (default: inferred from the checkout).")
 @options.installed_options
 @options.json_option
-@json_errors("status")
 def status_cmd(
     repo: Path | None, alias: str | None, installed: bool, python: str | None,
     state_dir: Path | None, as_json: bool,
@@ -101,7 +99,6 @@ def status_cmd(
 @options.branch_option("Alias (default: inferred from the checkout).")
 @click.option("--base", default=None, metavar="REF", help="Unpatched base to compare with (default: the alias' base ref).")
 @options.json_option
-@json_errors("verify")
 def verify_cmd(repo: Path | None, alias: str | None, base: str | None, as_json: bool) -> int:
     """Touched files compile, no new pyflakes undefined names/unused imports, markers present."""
     series = load_series()
@@ -114,7 +111,6 @@ def verify_cmd(repo: Path | None, alias: str | None, base: str | None, as_json: 
 @options.branch_option("Target alias.", required=True)
 @click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path), help="New or empty directory.")
 @options.json_option
-@json_errors("export")
 def export_cmd(alias: str, out: Path, as_json: bool) -> int:
     """Write the variant's patch files, series.mbox (for git am) and the series order file."""
     return emit("export", export_variant(load_series(), alias, out), as_json)
@@ -122,7 +118,6 @@ def export_cmd(alias: str, out: Path, as_json: bool) -> int:
 
 @click.command("targets")
 @options.json_option
-@json_errors("targets")
 def targets_cmd(as_json: bool) -> int:
     """Supported aliases: release, base ref, variant, status and how it was verified."""
     return emit("targets", list_targets(load_series()), as_json)
@@ -131,7 +126,6 @@ def targets_cmd(as_json: bool) -> int:
 @click.command("series")
 @options.branch_option("Only the variant of this alias.")
 @options.json_option
-@json_errors("series")
 def series_cmd(alias: str | None, as_json: bool) -> int:
     """The series' variants and patches, with subjects and the files each touches."""
     return emit("series", list_series(load_series(), alias), as_json)
