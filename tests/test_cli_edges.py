@@ -95,3 +95,43 @@ def test_shared_options_are_declared_once() -> None:
             for p in c.params:
                 if "--json" in getattr(p, "opts", []):
                     assert p.name == "as_json", (name, c.name)
+
+
+def test_doctor_says_when_the_weights_alone_do_not_fit(tmp_path: Path) -> None:
+    """Issue 23 item 7: 919 GB of weights over TP 8 is ~107 GiB per GPU, more than a 96 GiB GPU
+    holds; doctor used to advise "lower --max-model-len to about 0"."""
+    import json
+    import shutil
+
+    model = tmp_path / "big-model"
+    model.mkdir()
+    shutil.copy(ROOT / "tests" / "data" / "kv" / "glm52_reap_nvfp4_config.json",
+                model / "config.json")
+    (model / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": 919_000_000_000}, "weight_map": {}}))
+    p = subprocess.run([sys.executable, "-m", "sm120kit", "doctor", "--tier", "0", "--json",
+                        "--only", "launch.kv_capacity", "--config", str(model), "--dcp", "8",
+                        "--tp", "8", "--max-model-len", "131072", "--gpu-mem-gib", "96"],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    check = next(c for c in json.loads(p.stdout)["checks"] if c["id"] == "launch.kv_capacity")
+    assert p.returncode == 2 and check["status"] == "fail"
+    assert "the weights alone (" in check["summary"] and "do not fit" in check["summary"]
+    assert "about 0" not in (check["fix"] or "")
+    assert "more GPUs" in check["fix"]
+
+
+def test_doctor_only_bogus_hint_is_whole_words(tmp_path: Path) -> None:
+    p = subprocess.run([sys.executable, "-m", "sm120kit", "doctor", "--only", "bogus"],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    hint = next(line for line in p.stderr.splitlines() if line.startswith("hint: "))
+    assert hint.endswith("lists every check id") and "launch" in hint
+
+
+def test_docs_put_sm120kit_options_before_the_launch_line() -> None:
+    """After ``--`` everything is the serve line: an sm120kit option there would go to vLLM."""
+    ours = {"--json", "--markdown", "--debug"}
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for line in doc.read_text().splitlines():
+            if line.lstrip().startswith("sm120kit ") and " -- " in line:
+                after = line.split(" -- ", 1)[1].split("#")[0].split()
+                assert not ours & set(after), (doc.name, line)

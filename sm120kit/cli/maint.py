@@ -46,7 +46,8 @@ def _revert_branch(repo: Path | None, alias: str | None, into: str | None) -> Br
     branch = into or f"sm120kit/dcp-{alias}"
     sha = rev_parse(root, f"refs/heads/{branch}")
     if sha is None:
-        raise UserError(f"no branch {branch} in {root}: nothing to revert")
+        raise UserError(f"no branch {branch} in {root}: nothing to revert",
+                        hint=_made_branches_hint(root))
     head = run_git(["symbolic-ref", "-q", "--short", "HEAD"], root, check=False).stdout.strip()
     if head == branch:
         raise UserError(f"{branch} is checked out in {root}",
@@ -59,6 +60,17 @@ def _revert_branch(repo: Path | None, alias: str | None, into: str | None) -> Br
             raise UserError(f"{branch} does not carry the {variant.name} series; not deleting it")
     run_git(["update-ref", "-d", f"refs/heads/{branch}", sha], root)
     return BranchRevertResult(root, branch, sha)
+
+
+def _made_branches_hint(root: Path) -> str:
+    """Name the result branches sm120kit made in ``root`` (what ``revert`` can delete)."""
+    out = run_git(["for-each-ref", "--format=%(refname:short)", "refs/heads/sm120kit/"], root,
+                  check=False).stdout.split()
+    if not out:
+        return "no sm120kit/dcp-* branch here: nothing was applied in this checkout"
+    aliases = [b.removeprefix("sm120kit/dcp-") for b in out]
+    return ("result branches here: " + ", ".join(out) + f" (e.g. --branch {aliases[0]}"
+            ", or --into BRANCH for another name)")
 
 
 @click.command("revert")

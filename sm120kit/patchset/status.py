@@ -53,6 +53,7 @@ class StatusResult:
     head: str | None
     branch: str | None
     patches: list[PatchStatus]
+    series_branch: str | None = None  # sm120kit's result branch for this alias, when not HEAD
 
     @property
     def summary(self) -> str:
@@ -89,6 +90,9 @@ class StatusResult:
             table.add_row(str(i), f"{p.file}\n[dim]{p.subject}[/dim]", styled(p.state), p.detail)
         console.print(table)
         console.print(f"series: {styled(self.summary)}")
+        if self.series_branch and self.summary != "applied":
+            console.print(f"the series is applied on branch {self.series_branch} (not checked "
+                          f"out here): git checkout {self.series_branch}", soft_wrap=True)
 
 
 def _check_detail(text: str, patch_path: Path) -> str:
@@ -144,7 +148,10 @@ def repo_status(series: Series, alias: str, repo: Path) -> StatusResult:
                     p.file, p.subject, "conflict", _check_detail(proc.stderr, Path(path)), missing
                 ))
     branch = run_git(["symbolic-ref", "--quiet", "--short", "HEAD"], repo, check=False).stdout.strip()
-    return StatusResult(alias, variant.name, str(repo), rev_parse(repo, "HEAD"), branch or None, results)
+    made = f"sm120kit/dcp-{alias}"
+    held = made if made != branch and rev_parse(repo, f"refs/heads/{made}") else None
+    return StatusResult(alias, variant.name, str(repo), rev_parse(repo, "HEAD"), branch or None,
+                        results, held)
 
 
 def _copy_files(repo: Path, dest: Path, files: list[str]) -> None:
