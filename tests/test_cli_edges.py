@@ -72,10 +72,12 @@ def test_unknown_alias_suggests_the_near_one(typed: str, tmp_path: Path,
 
 
 def test_shared_options_are_declared_once() -> None:
-    """``--json``, ``--markdown``, ``--branch``, ``--repo``, ``--installed``, ``--python`` and
-    ``--state-dir`` come from sm120kit/cli/options.py in every command."""
+    """``--json``, ``--markdown``, ``--branch``, ``--repo``, ``--installed``, ``--python``,
+    ``--state-dir`` and the DCP shape options (``--dcp``, ``--block-size``, ``--interleave``,
+    ``--stall-timeout``) come from sm120kit/cli/options.py in every command, with one help text
+    and one default each."""
     shared = {"--json", "--markdown", "--branch", "--repo", "--installed", "--python",
-              "--state-dir"}
+              "--state-dir", "--dcp", "--block-size", "--interleave", "--stall-timeout"}
     found = []
     for path in sorted((ROOT / "sm120kit" / "cli").glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
@@ -87,6 +89,7 @@ def test_shared_options_are_declared_once() -> None:
     assert sorted(found) == sorted(("options.py", f) for f in shared)
     # and every command that has --json names it the same way
     ctx = click.Context(cli)
+    seen: dict[str, set] = {}
     for name in cli.list_commands(ctx):
         cmd = cli.get_command(ctx, name)
         assert cmd is not None
@@ -95,6 +98,30 @@ def test_shared_options_are_declared_once() -> None:
             for p in c.params:
                 if "--json" in getattr(p, "opts", []):
                     assert p.name == "as_json", (name, c.name)
+                for opt in ("--dcp", "--block-size", "--interleave", "--stall-timeout"):
+                    if opt in getattr(p, "opts", []):
+                        seen.setdefault(opt, set()).add((p.help, p.default))
+    assert set(seen) == {"--dcp", "--block-size", "--interleave", "--stall-timeout"}
+    assert all(len(v) == 1 for v in seen.values()), seen
+    assert seen["--stall-timeout"] == {(next(iter(seen["--stall-timeout"]))[0], 120.0)}
+    assert "[64]" in next(iter(seen["--block-size"]))[0]
+
+
+def test_one_stall_timeout_and_block_size_default() -> None:
+    """The capabilities' own defaults are the same constants the options show."""
+    import dataclasses
+
+    from sm120kit.models.kv import DEFAULT_BLOCK_SIZE
+    from sm120kit.models.timeouts import DEFAULT_STALL_TIMEOUT_S
+    from sm120kit.services.supervision import LaunchOptions
+    from sm120kit.validate.launch import LaunchSettings
+    from sm120kit.warmup.config import RunConfig
+
+    assert DEFAULT_STALL_TIMEOUT_S == 120.0 and DEFAULT_BLOCK_SIZE == 64
+    for cls in (LaunchOptions, LaunchSettings, RunConfig):
+        f = {x.name: x for x in dataclasses.fields(cls)}["stall_timeout"]
+        assert f.default == DEFAULT_STALL_TIMEOUT_S, cls
+    assert {x.name: x for x in dataclasses.fields(RunConfig)}["block_size"].default == 64
 
 
 def test_doctor_says_when_the_weights_alone_do_not_fit(tmp_path: Path) -> None:

@@ -86,7 +86,7 @@ def test_json_error_object(argv: list[str], words: str, tmp_path: Path) -> None:
 
 
 def test_without_json_stdout_stays_empty_on_error(tmp_path: Path) -> None:
-    p = _run(["doctor", "--dcp", "0"], tmp_path)
+    p = _run(["doctor", "--only", "bogus"], tmp_path)
     assert p.returncode == 2 and p.stdout == ""
     assert p.stderr.startswith("error: ")
 

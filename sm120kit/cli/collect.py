@@ -138,8 +138,7 @@ def _collect_ray(ropts: Any, out_dir: Path, deadline: float, sample_gap: float, 
               "RayWorkerWrapper).")
 @click.option("--no-ray-local", is_flag=True,
               help="With --ray: do not also snapshot vLLM processes found by title on this node.")
-@click.option("--stall-timeout", type=float, default=120.0, show_default=True,
-              help="Seconds without output or phase change that count as a stall.")
+@options.stall_timeout_option
 @click.option("--until-ready", is_flag=True,
               help="Exit 0 once the server is ready (prints phase timings) and stop it.")
 @click.option("--deadline", "deadline", type=float, default=60.0, show_default=True,

@@ -21,7 +21,7 @@ from sm120kit.report import console, dump_json
               help="Run only this check id, id prefix or area (repeatable).")
 @click.option("--config", "config_path", type=click.Path(dir_okay=True), default=None,
               help="A model config.json (or its directory) or a vllm serve options file.")
-@click.option("--dcp", "dcp", type=int, default=None, help="Planned DCP size (overrides argv).")
+@options.dcp_option
 @click.option("--tp", "tp", type=int, default=None,
               help="Planned TP size with --config (default: argv, else = --dcp).")
 @click.option("--max-model-len", "max_model_len", type=int, default=None,
