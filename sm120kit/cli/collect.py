@@ -14,7 +14,7 @@ from sm120kit.cli import options
 from sm120kit.cli.compose import bundle_hooks
 from sm120kit.collect.attach import attach as do_attach
 from sm120kit.errors import ExitCode, UserError
-from sm120kit.report import console, dump_json
+from sm120kit.report import cell, console, dump_json
 from sm120kit.services.progress import parse_patience
 from sm120kit.services.snapshot import Options
 from sm120kit.services.supervision import LaunchOptions, launch
@@ -59,8 +59,8 @@ def _render_attach(tb: Path, res: Any, procs: list[Any], as_json: bool) -> None:
         t.add_column(c)
     for p in procs:
         a = (res.analysis if res else {}).get(p.pid, {})
-        t.add_row(str(p.pid), p.label, p.role, str(a.get("state", "-")),
-                  str(a.get("collective") or a.get("caller") or a.get("top") or ""))
+        t.add_row(str(p.pid), cell(p.label), p.role, str(a.get("state", "-")),
+                  cell(str(a.get("collective") or a.get("caller") or a.get("top") or "")))
     con.print(t)
     for v in res.verdict if res else []:
         con.print(f"  - {v}")
@@ -109,7 +109,7 @@ def _collect_ray(ropts: Any, out_dir: Path, deadline: float, sample_gap: float, 
         t.add_column(c)
     for n in nodes:
         t.add_row(str(n["node"]), str(n["status"]), f"{n['seconds']:.1f}",
-                  str(len(n["workers"])), str(n["error"] or ""))
+                  str(len(n["workers"])), cell(str(n["error"] or "")))
     con.print(t)
     for v in res.verdict:
         con.print(f"  - {v}")

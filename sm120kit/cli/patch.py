@@ -10,14 +10,10 @@ from sm120kit.cli import options
 from sm120kit.cli.output import emit, progress
 from sm120kit.errors import UserError
 from sm120kit.models.series import load_series
-from sm120kit.patchset.apply import apply_fork, apply_to_checkout
-from sm120kit.patchset.embedded import apply_embedded
-from sm120kit.patchset.export import export_variant
-from sm120kit.patchset.installed import apply_installed, status_installed
-from sm120kit.patchset.listing import list_series, list_targets
-from sm120kit.patchset.status import repo_status
 from sm120kit.patchset.targets import infer_alias, is_fork, require_repo, resolve_repo
-from sm120kit.patchset.verify import verify_tree
+
+# Each command imports the part of patchset it runs, inside its body: `apply` on a checkout
+# does not pay for the installed-package, embedded, export or verify code (bench_cli.py).
 
 
 @click.command("apply")
@@ -42,10 +38,14 @@ def apply_cmd(
 ) -> int:
     """Apply the DCP series atomically: on a branch of a git checkout, or to a fresh release tree."""
     if installed:
+        from sm120kit.patchset.installed import apply_installed
+
         return emit("apply", apply_installed(alias=alias, python=python, state_dir=state_dir,
                                              dry_run=dry_run), as_json)
     if not alias:
         raise UserError("--branch ALIAS is required", hint="`sm120kit targets` lists the aliases")
+    from sm120kit.patchset.apply import apply_fork, apply_to_checkout
+
     series = load_series()
     root = resolve_repo(repo)
     target = series.targets.get(alias)
@@ -59,6 +59,8 @@ def apply_cmd(
                 "--base/--checkout/--from need a git checkout (none found here)",
                 hint="pass --repo PATH",
             )
+        from sm120kit.patchset.embedded import apply_embedded
+
         res = apply_embedded(series, alias, output=output, into=into, dry_run=dry_run,
                              progress=progress())
     else:
@@ -87,7 +89,11 @@ def status_cmd(
     modified, reinstalled or mixed), 2 on a conflict or an error.
     """
     if installed:
+        from sm120kit.patchset.installed import status_installed
+
         return emit("status", status_installed(python=python, state_dir=state_dir), as_json)
+    from sm120kit.patchset.status import repo_status
+
     series = load_series()
     root = require_repo(repo, "status", series, alias)
     alias = alias or infer_alias(root, series)
@@ -101,6 +107,8 @@ def status_cmd(
 @options.json_option
 def verify_cmd(repo: Path | None, alias: str | None, base: str | None, as_json: bool) -> int:
     """Touched files compile, no new pyflakes undefined names/unused imports, markers present."""
+    from sm120kit.patchset.verify import verify_tree
+
     series = load_series()
     root = require_repo(repo, "verify", series, alias)
     alias = alias or infer_alias(root, series)
@@ -113,6 +121,8 @@ def verify_cmd(repo: Path | None, alias: str | None, base: str | None, as_json: 
 @options.json_option
 def export_cmd(alias: str, out: Path, as_json: bool) -> int:
     """Write the variant's patch files, series.mbox (for git am) and the series order file."""
+    from sm120kit.patchset.export import export_variant
+
     return emit("export", export_variant(load_series(), alias, out), as_json)
 
 
@@ -120,6 +130,8 @@ def export_cmd(alias: str, out: Path, as_json: bool) -> int:
 @options.json_option
 def targets_cmd(as_json: bool) -> int:
     """Supported aliases: release, base ref, variant, status and how it was verified."""
+    from sm120kit.patchset.listing import list_targets
+
     return emit("targets", list_targets(load_series()), as_json)
 
 
@@ -128,4 +140,6 @@ def targets_cmd(as_json: bool) -> int:
 @options.json_option
 def series_cmd(alias: str | None, as_json: bool) -> int:
     """The series' variants and patches, with subjects and the files each touches."""
+    from sm120kit.patchset.listing import list_series
+
     return emit("series", list_series(load_series(), alias), as_json)

@@ -27,7 +27,7 @@ from sm120kit.patchset.markers import (
 from sm120kit.patchset.patchfile import parse_patch
 from sm120kit.patchset.render import new_table
 from sm120kit.patchset.targets import select
-from sm120kit.report import styled, to_jsonable
+from sm120kit.report import cell, styled, to_jsonable
 
 _FAILED_RE = re.compile(r"^error: patch failed: (.+):(\d+)$", re.M)
 _ERROR_RE = re.compile(r"^error: (.+)$", re.M)
@@ -87,7 +87,8 @@ class StatusResult:
             f"{self.alias} · variant {self.variant} · {where}", "#", "patch", "state", "detail"
         )
         for i, p in enumerate(self.patches, 1):
-            table.add_row(str(i), f"{p.file}\n[dim]{p.subject}[/dim]", styled(p.state), p.detail)
+            table.add_row(str(i), f"{p.file}\n[dim]{p.subject}[/dim]", styled(p.state),
+                          cell(p.detail))
         console.print(table)
         console.print(f"series: {styled(self.summary)}")
         if self.series_branch and self.summary != "applied":
