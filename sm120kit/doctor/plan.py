@@ -9,6 +9,7 @@ from pathlib import Path
 
 from sm120kit.doctor.launch import LaunchPlan, build_plan
 from sm120kit.errors import UserError
+from sm120kit.evidence.kv import capacity, scan_lines
 from sm120kit.models.kv import KvCapacity
 
 
@@ -66,8 +67,6 @@ def log_capacity(path: str, plan: LaunchPlan | None,
                  env: Mapping[str, str]) -> KvCapacity | None:
     """``kv_capacity`` of the launch a vLLM log records (None when it has no KV lines); doctor's
     own flags / launch line win over what the log says."""
-    from sm120kit.evidence.kv import capacity, scan_lines  # the log readers: only with --log
-
     kv, scan = scan_lines(read_log(path))
     sa = plan.serve if plan is not None else None
     given = sa.given if sa is not None else set()

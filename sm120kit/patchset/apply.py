@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from typing import Any, Literal
 
 from sm120kit.errors import ExitCode, UserError
 from sm120kit.gitrun import resolve_many, run_git, tree_modes
@@ -30,14 +30,12 @@ from sm120kit.patchset.markers import (
     variant_marker_states,
 )
 from sm120kit.patchset.patchfile import ParsedPatch, check_patch_paths, parse_patch, prefixes
+from sm120kit.patchset.port import PortResult, fork_clone, port_series, resolve_base
 from sm120kit.patchset.render import new_table
 from sm120kit.patchset.requirements import FlashInferRequirement, requirement
 from sm120kit.patchset.snapshot import git_dirs
 from sm120kit.patchset.targets import DEFAULT_BRANCH_PREFIX, fetch_hint, select
 from sm120kit.report import styled, to_jsonable
-
-if TYPE_CHECKING:  # the porting engine loads only when a port runs (apply stays quick)
-    from sm120kit.patchset.port import PortResult
 
 
 class ApplyFailed(UserError):
@@ -132,7 +130,7 @@ def _failure_hint(target: Target, failure: ge.AmFailure) -> str:
 
 
 #: what ``apply`` on a checkout returns: the ``git am`` engine's result or the 3-way port's
-CheckoutResult: TypeAlias = "ApplyResult | PortResult"
+CheckoutResult = ApplyResult | PortResult
 
 
 def _port(
@@ -140,8 +138,6 @@ def _port(
     from_alias: str | None, dry_run: bool,
 ) -> PortResult:
     """Hand over to the 3-way porting engine (:func:`sm120kit.patchset.port.port_series`)."""
-    from sm120kit.patchset.port import port_series
-
     return port_series(repo, alias, base, into, from_alias, series=series, dry_run=dry_run)
 
 
@@ -394,8 +390,6 @@ def apply_fork(
     with the core engine first (``git am``); when it does not apply, and porting is allowed, it
     is 3-way ported from ``from_alias`` / the alias' ``port_from``.
     """
-    from sm120kit.patchset.port import fork_clone, resolve_base
-
     target = series.target(alias)
     ours = root is None
     if root is None:

@@ -12,6 +12,7 @@ from typing import Any
 from sm120kit.doctor.context import DoctorContext
 from sm120kit.doctor.model import Outcome, fail, ok, skip, warn
 from sm120kit.doctor.registry import check
+from sm120kit.evidence.logs.nccl_diag import NcclDiag
 from sm120kit.facts import host, kernlog
 from sm120kit.facts.packages import package_dir
 
@@ -112,8 +113,6 @@ def p2p_smoke(ctx: DoctorContext) -> Outcome:
                     "check IOMMU (iommu=pt), ACS (doctor --deep as root), uvm_disable_hmm; "
                     "workaround NCCL_P2P_DISABLE=1 --disable-custom-all-reduce", timeout_s=limit)
     line = (out or "").strip().splitlines()[-1:] or [""]
-    from sm120kit.evidence.logs.nccl_diag import NcclDiag  # tier 2 only: the log readers
-
     diag = NcclDiag()
     for ln in (out or "").splitlines() + (err or "").splitlines():
         diag.feed(ln)
