@@ -59,9 +59,15 @@ def envelope(command: str, payload: Any) -> dict[str, Any]:
     return out
 
 
-def dump_json(command: str, payload: Any, stream: Any = None) -> None:
+def dump_json(command: str, payload: Any, stream: Any = None, *,
+              exit_code: int | None = None) -> None:
+    """The one JSON object a ``--json`` command prints; ``exit_code`` is added when the payload
+    does not carry it (docs/json.md: every object has it)."""
     stream = stream or sys.stdout
-    json.dump(envelope(command, payload), stream, indent=2, sort_keys=False, default=str)
+    doc = envelope(command, payload)
+    if exit_code is not None and "exit_code" not in doc:
+        doc["exit_code"] = int(exit_code)
+    json.dump(doc, stream, indent=2, sort_keys=False, default=str)
     stream.write("\n")
 
 

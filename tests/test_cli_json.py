@@ -114,3 +114,12 @@ def test_debug_after_the_subcommand_shows_the_traceback(tmp_path: Path) -> None:
         assert "error: unknown check 'bogus'" in p.stderr.splitlines()
     p = _run(["doctor", "--only", "bogus"], tmp_path)
     assert "Traceback" not in p.stderr
+
+
+def test_success_objects_carry_the_exit_code(tmp_path: Path) -> None:
+    """docs/json.md: every object has ``exit_code``, successes and findings too."""
+    log = next(iter(sorted((ROOT / "tests" / "data" / "vllm-logs").iterdir())))
+    for argv in (["diagnose", "--json", str(log)], ["warmup", "plan", "--json", "--dcp", "2"],
+                 ["doctor", "--tier", "0", "--json", "--only", "host"], ["targets", "--json"]):
+        p = _run(argv, tmp_path)
+        assert one_object(p.stdout)["exit_code"] == p.returncode, argv

@@ -22,7 +22,7 @@ from sm120kit.services.supervision import LaunchOptions, launch
 
 def _render_launch(res: Any, as_json: bool) -> None:
     if as_json:
-        dump_json("collect", {"status": res.outcome, **res.to_dict()})
+        dump_json("collect", {"status": res.outcome, **res.to_dict()}, exit_code=res.exit_code)
         return
     con = console(stderr=True)
     if res.timeline:
@@ -51,7 +51,7 @@ def _render_attach(tb: Path, res: Any, procs: list[Any], as_json: bool) -> None:
             "verdict": res.verdict if res else [],
             "processes": [{"pid": p.pid, "label": p.label, "role": p.role} for p in procs],
             "stacks": res.analysis if res else {},
-        })
+        }, exit_code=ExitCode.OK)
         return
     con = console(stderr=True)
     t = Table(title="processes")
@@ -100,7 +100,8 @@ def _collect_ray(ropts: Any, out_dir: Path, deadline: float, sample_gap: float, 
          "workers": oc.workers} for oc in res.nodes]
     if as_json:
         dump_json("collect", {"status": "collected", "mode": "ray", "bundle": str(res.tarball),
-                              "seconds": res.seconds, "nodes": nodes, "verdict": res.verdict})
+                              "seconds": res.seconds, "nodes": nodes, "verdict": res.verdict},
+                  exit_code=ExitCode.OK)
         return ExitCode.OK
     from rich.table import Table
 

@@ -41,7 +41,7 @@ def diagnose_cmd(inputs: tuple[str, ...], as_json: bool, as_markdown: bool, max_
         exc.details = {"inputs": list(inputs), "findings": []}
         raise
     if as_json:
-        dump_json("diagnose", res.to_dict())
+        dump_json("diagnose", res.to_dict(), exit_code=res.exit_code)
     elif as_markdown:
         click.echo(render_markdown(res, max_ranks=max_ranks))
     else:

@@ -55,7 +55,7 @@ def doctor_cmd(tier: int, deep: bool, layout: bool, only: tuple[str, ...],
                         layout=layout,
                         only=list(only) or None, root=root)
     if as_json:
-        dump_json("doctor", report.to_dict())
+        dump_json("doctor", report.to_dict(), exit_code=report.exit_code)
     elif as_markdown:
         sys.stdout.write(render_markdown(report))
     else:

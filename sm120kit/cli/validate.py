@@ -100,7 +100,8 @@ def _progress() -> Any:
 
 def render(res: ValidateResult, *, as_json: bool, markdown: bool) -> None:
     if as_json:
-        dump_json("validate", {"status": res.verdict.value, **res.to_dict()})
+        dump_json("validate", {"status": res.verdict.value, **res.to_dict()},
+                  exit_code=res.exit_code)
     elif markdown:
         click.echo(render_markdown(res))
     else:

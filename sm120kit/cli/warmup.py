@@ -67,11 +67,12 @@ def plan_cmd(
         wp = plan_for(sa)
     except ValueError as exc:
         raise UserError(str(exc), hint="vLLM rejects this configuration too") from None
+    code = 1 if wp.status == "warn" else 0
     if as_json:
-        dump_json("warmup plan", wp.to_dict())
+        dump_json("warmup plan", wp.to_dict(), exit_code=code)
     else:
         render_plan(wp, console())
-    return 1 if wp.status == "warn" else 0
+    return code
 
 
 def _under_torchrun() -> bool:
@@ -203,7 +204,7 @@ def run_cmd(
     if res is None:  # a torchrun rank other than the reporting one
         return 0
     if as_json:
-        dump_json("warmup run", res.to_dict())
+        dump_json("warmup run", res.to_dict(), exit_code=res.exit_code)
     else:
         render_result(res, console())
     return res.exit_code
