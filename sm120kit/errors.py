@@ -11,6 +11,7 @@ Exit codes (documented in docs/exit-codes.md):
 from __future__ import annotations
 
 from enum import IntEnum
+from typing import Any
 
 
 class ExitCode(IntEnum):
@@ -23,11 +24,15 @@ class ExitCode(IntEnum):
 class UserError(Exception):
     """A problem the user can fix: printed as ``error: <message>`` and ``hint: <hint>``.
 
-    Never shown as a traceback unless ``--debug`` is given.
+    Never shown as a traceback unless ``--debug`` is given. ``details`` are extra keys for the
+    ``--json`` error object (e.g. a patch conflict's ``failure``).
     """
+
+    details: dict[str, Any]
 
     def __init__(self, message: str, hint: str | None = None, exit_code: int = ExitCode.FAILURE):
         super().__init__(message)
         self.message = message.strip().splitlines()[0] if message.strip() else "unknown error"
         self.hint = hint
         self.exit_code = int(exit_code)
+        self.details = {}

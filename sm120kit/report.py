@@ -59,17 +59,39 @@ def envelope(command: str, payload: Any) -> dict[str, Any]:
     return out
 
 
-def dump_json(command: str, payload: Any, stream: Any = None) -> None:
+def dump_json(command: str, payload: Any, stream: Any = None, *,
+              exit_code: int | None = None) -> None:
+    """The one JSON object a ``--json`` command prints; ``exit_code`` is added when the payload
+    does not carry it (docs/json.md: every object has it)."""
     stream = stream or sys.stdout
-    json.dump(envelope(command, payload), stream, indent=2, sort_keys=False, default=str)
+    doc = envelope(command, payload)
+    if exit_code is not None and "exit_code" not in doc:
+        doc["exit_code"] = int(exit_code)
+    json.dump(doc, stream, indent=2, sort_keys=False, default=str)
     stream.write("\n")
 
 
 def console(stderr: bool = False) -> Any:
-    """A rich Console (imported lazily: rich costs ~30 ms to import)."""
+    """A rich Console (imported lazily: rich costs ~30 ms to import).
+
+    ``soft_wrap``: a printed line (a command or a path meant to be copied) is never broken by
+    rich; the terminal folds it visually and a copy gets it whole. Table cells still fit the
+    width: long ones are shortened with :func:`cell`."""
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+
+
+#: the longest text a table cell shows; the rest is elided (``--json`` keeps the whole text)
+CELL_MAX = 240
+
+
+def cell(text: str | None, width: int = CELL_MAX) -> str:
+    """``text`` for a table cell: at most ``width`` characters, cut at whitespace with an
+    ellipsis (:func:`clip_words`); rich markup is escaped so a ``[`` in a log line stays."""
+    from rich.markup import escape
+
+    return escape(clip_words(text or "", width))
 
 
 def styled(status: str) -> str:

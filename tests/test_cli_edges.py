@@ -72,10 +72,12 @@ def test_unknown_alias_suggests_the_near_one(typed: str, tmp_path: Path,
 
 
 def test_shared_options_are_declared_once() -> None:
-    """``--json``, ``--markdown``, ``--branch``, ``--repo``, ``--installed``, ``--python`` and
-    ``--state-dir`` come from sm120kit/cli/options.py in every command."""
+    """``--json``, ``--markdown``, ``--branch``, ``--repo``, ``--installed``, ``--python``,
+    ``--state-dir`` and the DCP shape options (``--dcp``, ``--block-size``, ``--interleave``,
+    ``--stall-timeout``) come from sm120kit/cli/options.py in every command, with one help text
+    and one default each."""
     shared = {"--json", "--markdown", "--branch", "--repo", "--installed", "--python",
-              "--state-dir"}
+              "--state-dir", "--dcp", "--block-size", "--interleave", "--stall-timeout"}
     found = []
     for path in sorted((ROOT / "sm120kit" / "cli").glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
@@ -87,6 +89,7 @@ def test_shared_options_are_declared_once() -> None:
     assert sorted(found) == sorted(("options.py", f) for f in shared)
     # and every command that has --json names it the same way
     ctx = click.Context(cli)
+    seen: dict[str, set] = {}
     for name in cli.list_commands(ctx):
         cmd = cli.get_command(ctx, name)
         assert cmd is not None
@@ -95,3 +98,67 @@ def test_shared_options_are_declared_once() -> None:
             for p in c.params:
                 if "--json" in getattr(p, "opts", []):
                     assert p.name == "as_json", (name, c.name)
+                for opt in ("--dcp", "--block-size", "--interleave", "--stall-timeout"):
+                    if opt in getattr(p, "opts", []):
+                        seen.setdefault(opt, set()).add((p.help, p.default))
+    assert set(seen) == {"--dcp", "--block-size", "--interleave", "--stall-timeout"}
+    assert all(len(v) == 1 for v in seen.values()), seen
+    assert seen["--stall-timeout"] == {(next(iter(seen["--stall-timeout"]))[0], 120.0)}
+    assert "[64]" in next(iter(seen["--block-size"]))[0]
+
+
+def test_one_stall_timeout_and_block_size_default() -> None:
+    """The capabilities' own defaults are the same constants the options show."""
+    import dataclasses
+
+    from sm120kit.models.kv import DEFAULT_BLOCK_SIZE
+    from sm120kit.models.timeouts import DEFAULT_STALL_TIMEOUT_S
+    from sm120kit.services.supervision import LaunchOptions
+    from sm120kit.validate.launch import LaunchSettings
+    from sm120kit.warmup.config import RunConfig
+
+    assert DEFAULT_STALL_TIMEOUT_S == 120.0 and DEFAULT_BLOCK_SIZE == 64
+    for cls in (LaunchOptions, LaunchSettings, RunConfig):
+        f = {x.name: x for x in dataclasses.fields(cls)}["stall_timeout"]
+        assert f.default == DEFAULT_STALL_TIMEOUT_S, cls
+    assert {x.name: x for x in dataclasses.fields(RunConfig)}["block_size"].default == 64
+
+
+def test_doctor_says_when_the_weights_alone_do_not_fit(tmp_path: Path) -> None:
+    """Issue 23 item 7: 919 GB of weights over TP 8 is ~107 GiB per GPU, more than a 96 GiB GPU
+    holds; doctor used to advise "lower --max-model-len to about 0"."""
+    import json
+    import shutil
+
+    model = tmp_path / "big-model"
+    model.mkdir()
+    shutil.copy(ROOT / "tests" / "data" / "kv" / "glm52_reap_nvfp4_config.json",
+                model / "config.json")
+    (model / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": 919_000_000_000}, "weight_map": {}}))
+    p = subprocess.run([sys.executable, "-m", "sm120kit", "doctor", "--tier", "0", "--json",
+                        "--only", "launch.kv_capacity", "--config", str(model), "--dcp", "8",
+                        "--tp", "8", "--max-model-len", "131072", "--gpu-mem-gib", "96"],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    check = next(c for c in json.loads(p.stdout)["checks"] if c["id"] == "launch.kv_capacity")
+    assert p.returncode == 2 and check["status"] == "fail"
+    assert "the weights alone (" in check["summary"] and "do not fit" in check["summary"]
+    assert "about 0" not in (check["fix"] or "")
+    assert "more GPUs" in check["fix"]
+
+
+def test_doctor_only_bogus_hint_is_whole_words(tmp_path: Path) -> None:
+    p = subprocess.run([sys.executable, "-m", "sm120kit", "doctor", "--only", "bogus"],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    hint = next(line for line in p.stderr.splitlines() if line.startswith("hint: "))
+    assert hint.endswith("lists every check id") and "launch" in hint
+
+
+def test_docs_put_sm120kit_options_before_the_launch_line() -> None:
+    """After ``--`` everything is the serve line: an sm120kit option there would go to vLLM."""
+    ours = {"--json", "--markdown", "--debug"}
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for line in doc.read_text().splitlines():
+            if line.lstrip().startswith("sm120kit ") and " -- " in line:
+                after = line.split(" -- ", 1)[1].split("#")[0].split()
+                assert not ours & set(after), (doc.name, line)

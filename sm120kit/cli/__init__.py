@@ -1,75 +1,78 @@
-"""Click entry point. Commands are loaded lazily so ``sm120kit doctor`` stays fast.
+"""Click entry point. Commands are loaded lazily (``cli/group.py``) so ``sm120kit --help`` and
+each command start fast.
 
 Each command lives in its own module under ``sm120kit/cli/`` and stays thin: parse options, call
-the core, render. Register a command by adding one line to ``COMMANDS``.
+the core, render. Commands never print their own errors: every failure (a capability's
+``UserError``, a click usage error, an interrupt) reaches :func:`run`, which hands it to the one
+handler, :func:`sm120kit.cli.output.report_failure`.
+
+``--json`` and ``--debug`` are accepted anywhere before ``--`` (before or after the subcommand);
+what follows ``--`` is a launch line and is never read.
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import os
 import sys
-from typing import Any
+from typing import Any, NamedTuple
 
 import click
 
 from sm120kit import __version__
+from sm120kit.cli.group import COMMANDS, LazyGroup
 from sm120kit.errors import ExitCode, UserError
 
-# name -> "module:attribute" of a click.Command
-COMMANDS: dict[str, str] = {
-    "apply": "sm120kit.cli.patch:apply_cmd",
-    "status": "sm120kit.cli.patch:status_cmd",
-    "verify": "sm120kit.cli.patch:verify_cmd",
-    "export": "sm120kit.cli.patch:export_cmd",
-    "targets": "sm120kit.cli.patch:targets_cmd",
-    "series": "sm120kit.cli.patch:series_cmd",
-    "revert": "sm120kit.cli.maint:revert_cmd",
-    "rebase": "sm120kit.cli.maint:rebase_cmd",
-    "refresh": "sm120kit.cli.maint:refresh_cmd",
-    "doctor": "sm120kit.cli.doctor:doctor_cmd",
-    "warmup": "sm120kit.cli.warmup:warmup_group",
-    "collect": "sm120kit.cli.collect:collect_cmd",
-    "diagnose": "sm120kit.cli.diagnose:diagnose_cmd",
-    "validate": "sm120kit.cli.validate:validate_cmd",
-}
-
-
-class LazyGroup(click.Group):
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        names = list(self.commands)
-        for name, target in COMMANDS.items():
-            mod = target.split(":")[0]
-            if importlib.util.find_spec(mod) is not None:
-                names.append(name)
-        return sorted(set(names))
-
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        if cmd_name in self.commands:
-            return self.commands[cmd_name]
-        target = COMMANDS.get(cmd_name)
-        if target is None:
-            return None
-        mod_name, attr = target.split(":")
-        try:
-            mod = importlib.import_module(mod_name)
-        except ModuleNotFoundError as exc:
-            if exc.name == mod_name:
-                return None
-            raise
-        cmd = getattr(mod, attr, None)
-        return cmd if isinstance(cmd, click.Command) else None
+__all__ = ["COMMANDS", "cli", "main", "run"]
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="sm120kit")
-@click.option("--debug", is_flag=True, envvar="SM120KIT_DEBUG", help="Show tracebacks for errors.")
+@click.option("--debug", is_flag=True, envvar="SM120KIT_DEBUG",
+              help="Show tracebacks for errors (accepted anywhere before `--`).")
 @click.pass_context
 def cli(ctx: click.Context, debug: bool) -> None:
     """DCP for vLLM's FlashInfer sparse-MLA SM120 backend: patch, check, warm up, diagnose."""
     ctx.ensure_object(dict)
-    ctx.obj["debug"] = debug
+    ctx.obj["debug"] = debug or bool(ctx.obj.get("debug"))
+
+
+class Invocation(NamedTuple):
+    """argv with ``--json``/``--debug`` lifted out of the part before ``--``."""
+
+    args: list[str]
+    command: str  # "doctor", "warmup plan", "" when no command was named
+    as_json: bool
+    debug: bool
+
+
+GROUPS = {"warmup": ("plan", "run")}  # command groups and their subcommands
+
+
+def _command_path(head: list[str]) -> tuple[str, int]:
+    """The command named in ``head`` and the index just after it, where ``--json`` goes
+    (-1 when no command that takes ``--json`` is named)."""
+    for i, tok in enumerate(head):
+        if tok in GROUPS:
+            sub = head[i + 1] if i + 1 < len(head) else ""
+            return (f"{tok} {sub}", i + 2) if sub in GROUPS[tok] else (tok, -1)
+        if tok in COMMANDS:
+            return tok, i + 1
+        if not tok.startswith("-"):
+            return "", -1
+    return "", -1
+
+
+def parse_invocation(argv: list[str]) -> Invocation:
+    """Find the command, lift ``--json``/``--debug`` from anywhere before ``--``."""
+    cut = argv.index("--") if "--" in argv else len(argv)
+    head, tail = argv[:cut], argv[cut:]
+    as_json = "--json" in head
+    debug = "--debug" in head or bool(os.environ.get("SM120KIT_DEBUG"))
+    head = [t for t in head if t not in ("--json", "--debug")]
+    command, at = _command_path(head)
+    if as_json and at >= 0:
+        head.insert(at, "--json")
+    return Invocation(head + tail, command, as_json, debug)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -78,31 +81,25 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def run(argv: list[str] | None = None) -> int:
-    debug = "--debug" in (argv if argv is not None else sys.argv[1:]) or bool(
-        os.environ.get("SM120KIT_DEBUG")
-    )
+    inv = parse_invocation(list(argv if argv is not None else sys.argv[1:]))
     try:
-        rv: Any = cli.main(args=argv, prog_name="sm120kit", standalone_mode=False)
-    except UserError as exc:
-        if debug:
-            import traceback
-
-            traceback.print_exc()
-        click.echo(f"error: {exc.message}", err=True)
-        if exc.hint:
-            click.echo(f"hint: {exc.hint}", err=True)
-        return exc.exit_code
-    except click.exceptions.Exit as exc:
-        return int(exc.exit_code)
-    except click.exceptions.Abort:
-        click.echo("interrupted", err=True)
-        return ExitCode.INTERRUPTED
-    except click.ClickException as exc:
-        exc.show()
-        return ExitCode.FAILURE
-    except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
-        return ExitCode.INTERRUPTED
-    except BrokenPipeError:
-        return ExitCode.OK
+        rv: Any = cli.main(args=inv.args, prog_name="sm120kit", standalone_mode=False,
+                           obj={"debug": inv.debug})
+    except BaseException as exc:  # noqa: BLE001 - every outcome goes through the one handler
+        return _failure(inv, exc)
     return int(rv) if isinstance(rv, int) else ExitCode.OK
+
+
+def _failure(inv: Invocation, exc: BaseException) -> int:
+    from sm120kit.cli.output import report_failure
+
+    if isinstance(exc, click.exceptions.Exit):
+        return int(exc.exit_code)
+    if isinstance(exc, BrokenPipeError):
+        return ExitCode.OK
+    if isinstance(exc, (UserError, click.ClickException, click.exceptions.Abort,
+                        KeyboardInterrupt)):
+        return report_failure(inv.command, exc, as_json=inv.as_json, debug=inv.debug)
+    if isinstance(exc, Exception):  # a bug: traceback on stderr, still one JSON object on stdout
+        return report_failure(inv.command, exc, as_json=inv.as_json, debug=True)
+    raise exc

@@ -12,10 +12,9 @@ from rich.table import Table
 
 from sm120kit.cli import options
 from sm120kit.cli.compose import bundle_hooks
-from sm120kit.cli.output import json_errors
 from sm120kit.collect.attach import attach as do_attach
 from sm120kit.errors import ExitCode, UserError
-from sm120kit.report import console, dump_json
+from sm120kit.report import cell, console, dump_json
 from sm120kit.services.progress import parse_patience
 from sm120kit.services.snapshot import Options
 from sm120kit.services.supervision import LaunchOptions, launch
@@ -23,7 +22,7 @@ from sm120kit.services.supervision import LaunchOptions, launch
 
 def _render_launch(res: Any, as_json: bool) -> None:
     if as_json:
-        dump_json("collect", {"status": res.outcome, **res.to_dict()})
+        dump_json("collect", {"status": res.outcome, **res.to_dict()}, exit_code=res.exit_code)
         return
     con = console(stderr=True)
     if res.timeline:
@@ -52,7 +51,7 @@ def _render_attach(tb: Path, res: Any, procs: list[Any], as_json: bool) -> None:
             "verdict": res.verdict if res else [],
             "processes": [{"pid": p.pid, "label": p.label, "role": p.role} for p in procs],
             "stacks": res.analysis if res else {},
-        })
+        }, exit_code=ExitCode.OK)
         return
     con = console(stderr=True)
     t = Table(title="processes")
@@ -60,8 +59,8 @@ def _render_attach(tb: Path, res: Any, procs: list[Any], as_json: bool) -> None:
         t.add_column(c)
     for p in procs:
         a = (res.analysis if res else {}).get(p.pid, {})
-        t.add_row(str(p.pid), p.label, p.role, str(a.get("state", "-")),
-                  str(a.get("collective") or a.get("caller") or a.get("top") or ""))
+        t.add_row(str(p.pid), cell(p.label), p.role, str(a.get("state", "-")),
+                  cell(str(a.get("collective") or a.get("caller") or a.get("top") or "")))
     con.print(t)
     for v in res.verdict if res else []:
         con.print(f"  - {v}")
@@ -84,7 +83,6 @@ def _ray_options(ray_addr: str, classes: tuple[str, ...], no_local: bool, attach
                       discover_local=not no_local, debug=bool(root.get("debug"))), command
 
 
-@json_errors("collect")  # --json: a refused address is one JSON error object on stdout too
 def _collect_ray(ropts: Any, out_dir: Path, deadline: float, sample_gap: float, stacks: str,
                  no_doctor: bool, no_redact: bool, host_map: Path | None, *, as_json: bool) -> int:
     from sm120kit.collect.ray_cluster import collect_ray, instances, not_collected
@@ -106,7 +104,8 @@ def _collect_ray(ropts: Any, out_dir: Path, deadline: float, sample_gap: float, 
     if as_json:
         dump_json("collect", {"status": "collected", "mode": "ray", "bundle": str(res.tarball),
                               "seconds": res.seconds, "partial": res.partial, "nodes": nodes,
-                              "instances": instances(res.workers), "verdict": res.verdict})
+                              "instances": instances(res.workers), "verdict": res.verdict},
+                  exit_code=code)
         return code
     from rich.table import Table
 
@@ -115,7 +114,7 @@ def _collect_ray(ropts: Any, out_dir: Path, deadline: float, sample_gap: float, 
         t.add_column(c)
     for n in nodes:
         t.add_row(str(n["node"]), str(n["status"]), f"{n['seconds']:.1f}",
-                  str(len(n["workers"])), str(n["error"] or ""))
+                  str(len(n["workers"])), cell(str(n["error"] or "")))
     con.print(t)
     for v in res.verdict:
         con.print(f"  - {v}")
@@ -146,8 +145,7 @@ def _collect_ray(ropts: Any, out_dir: Path, deadline: float, sample_gap: float, 
               "RayWorkerWrapper).")
 @click.option("--no-ray-local", is_flag=True,
               help="With --ray: do not also snapshot vLLM processes found by title on this node.")
-@click.option("--stall-timeout", type=float, default=120.0, show_default=True,
-              help="Seconds without output or phase change that count as a stall.")
+@options.stall_timeout_option
 @click.option("--until-ready", is_flag=True,
               help="Exit 0 once the server is ready (prints phase timings) and stop it.")
 @click.option("--deadline", "deadline", type=float, default=60.0, show_default=True,

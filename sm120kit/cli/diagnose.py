@@ -49,13 +49,11 @@ def diagnose_cmd(inputs: tuple[str, ...], as_json: bool, as_markdown: bool, max_
         if not inputs:
             raise UserError("nothing to diagnose", hint="sm120kit diagnose LOG|DIR|BUNDLE.tar.gz")
         res = diagnose(list(inputs), config=config_path, catalogue=list(catalogues))
-    except UserError as exc:
-        if as_json:  # the envelope still goes to stdout; the error line to stderr (exit 2)
-            dump_json("diagnose", {"status": "error", "error": exc.message, "hint": exc.hint,
-                                   "inputs": list(inputs), "findings": []})
+    except UserError as exc:  # printed by the one handler; the JSON keeps diagnose's keys
+        exc.details = {"inputs": list(inputs), "findings": []}
         raise
     if as_json:
-        dump_json("diagnose", res.to_dict())
+        dump_json("diagnose", res.to_dict(), exit_code=res.exit_code)
     elif as_markdown:
         click.echo(render_markdown(res, max_ranks=max_ranks))
     else:
@@ -66,7 +64,7 @@ def diagnose_cmd(inputs: tuple[str, ...], as_json: bool, as_markdown: bool, max_
 def _explain(eid: str, catalogues: tuple[str, ...], as_json: bool) -> int:
     d = explain(load_catalogue(catalogues), eid)
     if as_json:
-        dump_json("diagnose", {"status": "ok", "entry": d})
+        dump_json("diagnose", {"status": "ok", "entry": d}, exit_code=0)
         return 0
     for k, v in d.items():
         if isinstance(v, list):

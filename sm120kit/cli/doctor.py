@@ -21,7 +21,7 @@ from sm120kit.report import console, dump_json
               help="Run only this check id, id prefix or area (repeatable).")
 @click.option("--config", "config_path", type=click.Path(dir_okay=True), default=None,
               help="A model config.json (or its directory) or a vllm serve options file.")
-@click.option("--dcp", "dcp", type=int, default=None, help="Planned DCP size (overrides argv).")
+@options.dcp_option
 @click.option("--tp", "tp", type=int, default=None,
               help="Planned TP size with --config (default: argv, else = --dcp).")
 @click.option("--max-model-len", "max_model_len", type=int, default=None,
@@ -55,7 +55,7 @@ def doctor_cmd(tier: int, deep: bool, layout: bool, only: tuple[str, ...],
                         layout=layout,
                         only=list(only) or None, root=root)
     if as_json:
-        dump_json("doctor", report.to_dict())
+        dump_json("doctor", report.to_dict(), exit_code=report.exit_code)
     elif as_markdown:
         sys.stdout.write(render_markdown(report))
     else:

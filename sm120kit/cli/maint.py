@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from sm120kit.cli import options
-from sm120kit.cli.output import emit, json_errors, progress
+from sm120kit.cli.output import emit, progress
 from sm120kit.errors import ExitCode, UserError
 from sm120kit.gitrun import rev_parse, run_git
 from sm120kit.models.series import load_series
@@ -46,7 +46,8 @@ def _revert_branch(repo: Path | None, alias: str | None, into: str | None) -> Br
     branch = into or f"sm120kit/dcp-{alias}"
     sha = rev_parse(root, f"refs/heads/{branch}")
     if sha is None:
-        raise UserError(f"no branch {branch} in {root}: nothing to revert")
+        raise UserError(f"no branch {branch} in {root}: nothing to revert",
+                        hint=_made_branches_hint(root))
     head = run_git(["symbolic-ref", "-q", "--short", "HEAD"], root, check=False).stdout.strip()
     if head == branch:
         raise UserError(f"{branch} is checked out in {root}",
@@ -61,6 +62,17 @@ def _revert_branch(repo: Path | None, alias: str | None, into: str | None) -> Br
     return BranchRevertResult(root, branch, sha)
 
 
+def _made_branches_hint(root: Path) -> str:
+    """Name the result branches sm120kit made in ``root`` (what ``revert`` can delete)."""
+    out = run_git(["for-each-ref", "--format=%(refname:short)", "refs/heads/sm120kit/"], root,
+                  check=False).stdout.split()
+    if not out:
+        return "no sm120kit/dcp-* branch here: nothing was applied in this checkout"
+    aliases = [b.removeprefix("sm120kit/dcp-") for b in out]
+    return ("result branches here: " + ", ".join(out) + f" (e.g. --branch {aliases[0]}"
+            ", or --into BRANCH for another name)")
+
+
 @click.command("revert")
 @options.installed_options
 @click.option("--force", is_flag=True, help="With --installed: restore even files edited after the apply.")
@@ -68,7 +80,6 @@ def _revert_branch(repo: Path | None, alias: str | None, into: str | None) -> Br
 @options.branch_option("On a checkout: delete sm120kit/dcp-ALIAS.")
 @click.option("--into", default=None, metavar="BRANCH", help="On a checkout: the result branch to delete.")
 @options.json_option
-@json_errors("revert")
 def revert_cmd(installed: bool, python: str | None, state_dir: Path | None, force: bool,
                repo: Path | None, alias: str | None, into: str | None, as_json: bool) -> int:
     """Undo an apply: original bytes of an installed vLLM, or delete the result branch."""
@@ -87,7 +98,6 @@ def revert_cmd(installed: bool, python: str | None, state_dir: Path | None, forc
 @click.option("--output", "-o", type=click.Path(path_type=Path), default=None, help="New directory for the patches copy (default: a temp dir).")
 @click.option("--report-dir", type=click.Path(path_type=Path), default=None, help="Where a conflict report goes (default: a temp dir).")
 @options.json_option
-@json_errors("rebase")
 def rebase_cmd(onto: str, repo: Path | None, from_variant: str | None, name: str | None,
                write: bool, output: Path | None, report_dir: Path | None, as_json: bool) -> int:
     """3-way port a variant onto a new release or branch and write it as a new variant."""
@@ -107,7 +117,6 @@ def rebase_cmd(onto: str, repo: Path | None, from_variant: str | None, name: str
 @click.option("--write", is_flag=True, help="Write into the checkout's patches/ (default: a copy in --output).")
 @click.option("--output", "-o", type=click.Path(path_type=Path), default=None, help="New directory for the patches copy (default: a temp dir).")
 @options.json_option
-@json_errors("refresh")
 def refresh_cmd(variant: str, from_branch: str, repo: Path | None, base: str | None,
                 write: bool, output: Path | None, as_json: bool) -> int:
     """Regenerate VARIANT's patch files (full-index) and manifest entry from BRANCH's commits."""

@@ -2,7 +2,8 @@
 
 A command composes them (``@options.json_option``, ``@options.branch_option("...")``); the
 destination names are fixed (``as_json``, ``as_markdown``, ``alias``, ``repo``, ``installed``,
-``python``, ``state_dir``), so every command's function takes the same parameter names.
+``python``, ``state_dir``, ``dcp``, ``block_size``, ``interleave``, ``stall_timeout``), so every
+command's function takes the same parameter names.
 """
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+
+from sm120kit.models.kv import DEFAULT_BLOCK_SIZE
+from sm120kit.models.timeouts import DEFAULT_STALL_TIMEOUT_S
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -51,3 +55,24 @@ def branch_option(help: str, *, required: bool = False) -> Callable[[F], F]:
 def installed_options(fn: F) -> F:
     """``--installed``, ``--python`` and ``--state-dir`` together."""
     return installed_option(python_option(state_dir_option(fn)))
+
+
+# The DCP shape: each option once, one help text, the defaults from models/.
+dcp_option = click.option(
+    "--dcp", "dcp", type=click.IntRange(min=1), default=None, metavar="N",
+    help="DCP size (vLLM's --decode-context-parallel-size); default: the launch line after `--`"
+    " when given (warmup run under torchrun: WORLD_SIZE).",
+)
+block_size_option = click.option(
+    "--block-size", "block_size", type=click.IntRange(min=1), default=None, metavar="B",
+    help=f"KV block size per rank (vLLM's --block-size) [{DEFAULT_BLOCK_SIZE}].",
+)
+interleave_option = click.option(
+    "--interleave", "interleave", type=click.IntRange(min=1), default=None, metavar="I",
+    help="vLLM's --cp-kv-cache-interleave-size [1].",
+)
+stall_timeout_option = click.option(
+    "--stall-timeout", "stall_timeout", type=click.FloatRange(min=0, min_open=True),
+    default=DEFAULT_STALL_TIMEOUT_S, show_default=True, metavar="SECONDS",
+    help="Seconds without output or phase change that count as a stall (a hang).",
+)

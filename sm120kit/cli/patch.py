@@ -7,17 +7,13 @@ from pathlib import Path
 import click
 
 from sm120kit.cli import options
-from sm120kit.cli.output import emit, json_errors, progress
+from sm120kit.cli.output import emit, progress
 from sm120kit.errors import UserError
 from sm120kit.models.series import load_series
-from sm120kit.patchset.apply import apply_fork, apply_to_checkout
-from sm120kit.patchset.embedded import apply_embedded
-from sm120kit.patchset.export import export_variant
-from sm120kit.patchset.installed import apply_installed, status_installed
-from sm120kit.patchset.listing import list_series, list_targets
-from sm120kit.patchset.status import repo_status
 from sm120kit.patchset.targets import infer_alias, is_fork, require_repo, resolve_repo
-from sm120kit.patchset.verify import verify_tree
+
+# Each command imports the part of patchset it runs, inside its body: `apply` on a checkout
+# does not pay for the installed-package, embedded, export or verify code (bench_cli.py).
 
 
 @click.command("apply")
@@ -35,7 +31,6 @@ from sm120kit.patchset.verify import verify_tree
 @click.option("--from", "from_alias", default=None, metavar="ALIAS", help="Take the variant from another alias (porting).")
 @click.option("--port/--no-port", default=None, help="Allow 3-way porting when the variant does not apply.")
 @options.json_option
-@json_errors("apply")
 def apply_cmd(
     alias: str | None, repo: Path | None, base: str | None, into: str | None, checkout: bool,
     dry_run: bool, output: Path | None, installed: bool, python: str | None,
@@ -43,10 +38,14 @@ def apply_cmd(
 ) -> int:
     """Apply the DCP series atomically: on a branch of a git checkout, or to a fresh release tree."""
     if installed:
+        from sm120kit.patchset.installed import apply_installed
+
         return emit("apply", apply_installed(alias=alias, python=python, state_dir=state_dir,
                                              dry_run=dry_run), as_json)
     if not alias:
         raise UserError("--branch ALIAS is required", hint="`sm120kit targets` lists the aliases")
+    from sm120kit.patchset.apply import apply_fork, apply_to_checkout
+
     series = load_series()
     root = resolve_repo(repo)
     target = series.targets.get(alias)
@@ -60,6 +59,8 @@ def apply_cmd(
                 "--base/--checkout/--from need a git checkout (none found here)",
                 hint="pass --repo PATH",
             )
+        from sm120kit.patchset.embedded import apply_embedded
+
         res = apply_embedded(series, alias, output=output, into=into, dry_run=dry_run,
                              progress=progress())
     else:
@@ -78,7 +79,6 @@ def apply_cmd(
 @options.branch_option("Alias (default: inferred from the checkout).")
 @options.installed_options
 @options.json_option
-@json_errors("status")
 def status_cmd(
     repo: Path | None, alias: str | None, installed: bool, python: str | None,
     state_dir: Path | None, as_json: bool,
@@ -89,7 +89,11 @@ def status_cmd(
     modified, reinstalled or mixed), 2 on a conflict or an error.
     """
     if installed:
+        from sm120kit.patchset.installed import status_installed
+
         return emit("status", status_installed(python=python, state_dir=state_dir), as_json)
+    from sm120kit.patchset.status import repo_status
+
     series = load_series()
     root = require_repo(repo, "status", series, alias)
     alias = alias or infer_alias(root, series)
@@ -101,9 +105,10 @@ def status_cmd(
 @options.branch_option("Alias (default: inferred from the checkout).")
 @click.option("--base", default=None, metavar="REF", help="Unpatched base to compare with (default: the alias' base ref).")
 @options.json_option
-@json_errors("verify")
 def verify_cmd(repo: Path | None, alias: str | None, base: str | None, as_json: bool) -> int:
     """Touched files compile, no new pyflakes undefined names/unused imports, markers present."""
+    from sm120kit.patchset.verify import verify_tree
+
     series = load_series()
     root = require_repo(repo, "verify", series, alias)
     alias = alias or infer_alias(root, series)
@@ -114,24 +119,27 @@ def verify_cmd(repo: Path | None, alias: str | None, base: str | None, as_json: 
 @options.branch_option("Target alias.", required=True)
 @click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path), help="New or empty directory.")
 @options.json_option
-@json_errors("export")
 def export_cmd(alias: str, out: Path, as_json: bool) -> int:
     """Write the variant's patch files, series.mbox (for git am) and the series order file."""
+    from sm120kit.patchset.export import export_variant
+
     return emit("export", export_variant(load_series(), alias, out), as_json)
 
 
 @click.command("targets")
 @options.json_option
-@json_errors("targets")
 def targets_cmd(as_json: bool) -> int:
     """Supported aliases: release, base ref, variant, status and how it was verified."""
+    from sm120kit.patchset.listing import list_targets
+
     return emit("targets", list_targets(load_series()), as_json)
 
 
 @click.command("series")
 @options.branch_option("Only the variant of this alias.")
 @options.json_option
-@json_errors("series")
 def series_cmd(alias: str | None, as_json: bool) -> int:
     """The series' variants and patches, with subjects and the files each touches."""
+    from sm120kit.patchset.listing import list_series
+
     return emit("series", list_series(load_series(), alias), as_json)

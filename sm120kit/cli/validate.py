@@ -36,9 +36,9 @@ def _ints(value: str | None, name: str) -> list[int] | None:
 @click.option("--url", help="The DCP server, e.g. http://127.0.0.1:8000.")
 @click.option("--reference-url", help="A DCP-1 server of the same model, to compare against.")
 @click.option("--model", help="Served model name (default: the first one listed).")
-@click.option("--dcp", type=int, help="DCP size of the server (places the needles on each rank).")
-@click.option("--interleave", type=int, help="cp-kv-cache-interleave-size of the server [1].")
-@click.option("--block-size", type=int, help="KV block size of the server [64].")
+@options.dcp_option
+@options.interleave_option
+@options.block_size_option
 @click.option("--lengths", help="Needle probe lengths in tokens, e.g. 4k,32k (default: up to "
               "the server's max_model_len).")
 @click.option("--prompt-lengths", help="Lengths of the compared prompts (default: 256,2k).")
@@ -50,8 +50,7 @@ def _ints(value: str | None, name: str) -> list[int] | None:
               help="Launch mode: where a bundle goes when a server crashes or hangs.")
 @click.option("--ready-timeout", default=1800.0, show_default=True,
               help="Launch mode: seconds a server may take to become ready.")
-@click.option("--stall-timeout", default=300.0, show_default=True,
-              help="Launch mode: seconds of server silence that count as a hang.")
+@options.stall_timeout_option
 @options.json_option
 @options.markdown_option
 @click.argument("launch", nargs=-1, type=click.UNPROCESSED)
@@ -101,7 +100,8 @@ def _progress() -> Any:
 
 def render(res: ValidateResult, *, as_json: bool, markdown: bool) -> None:
     if as_json:
-        dump_json("validate", {"status": res.verdict.value, **res.to_dict()})
+        dump_json("validate", {"status": res.verdict.value, **res.to_dict()},
+                  exit_code=res.exit_code)
     elif markdown:
         click.echo(render_markdown(res))
     else:

@@ -34,9 +34,9 @@ def warmup_group() -> None:
 
 
 @warmup_group.command("plan")
-@click.option("--dcp", type=int, default=None, help="decode_context_parallel_size N.")
-@click.option("--block-size", type=int, default=None, help="Per-rank KV block size B [64].")
-@click.option("--interleave", type=int, default=None, help="cp_kv_cache_interleave_size I [1].")
+@options.dcp_option
+@options.block_size_option
+@options.interleave_option
 @click.option("--max-num-seqs", type=int, default=None)
 @click.option("--mtp", type=int, default=None, help="Speculative (MTP) tokens per step [0].")
 @click.option("--max-model-len", default=None, help="Clamp: prompt + decode + 1 <= this.")
@@ -67,11 +67,12 @@ def plan_cmd(
         wp = plan_for(sa)
     except ValueError as exc:
         raise UserError(str(exc), hint="vLLM rejects this configuration too") from None
+    code = 1 if wp.status == "warn" else 0
     if as_json:
-        dump_json("warmup plan", wp.to_dict())
+        dump_json("warmup plan", wp.to_dict(), exit_code=code)
     else:
         render_plan(wp, console())
-    return 1 if wp.status == "warn" else 0
+    return code
 
 
 def _under_torchrun() -> bool:
@@ -79,7 +80,7 @@ def _under_torchrun() -> bool:
 
 
 @warmup_group.command("run")
-@click.option("--dcp", type=int, default=None, help="DCP ranks to spawn (torchrun: WORLD_SIZE).")
+@options.dcp_option
 @click.option("--backend", type=click.Choice(["reference", "flashinfer"]), default="reference",
               show_default=True,
               help="Partial attention: sm120kit's torch reference, or FlashInfer's SM120 sparse "
@@ -103,8 +104,8 @@ def _under_torchrun() -> bool:
 @click.option("--topk", type=int, default=2048, show_default=True)
 @click.option("--kv-lora-rank", type=int, default=512, show_default=True)
 @click.option("--rope-dim", type=int, default=64, show_default=True)
-@click.option("--interleave", type=int, default=None, help="cp_kv_cache_interleave_size [1].")
-@click.option("--block-size", type=int, default=None, help="KV block size [64].")
+@options.interleave_option
+@options.block_size_option
 @click.option("--batch", type=int, default=1, show_default=True, help="Decode requests.")
 @click.option("--mtp", type=int, default=None, help="MTP draft tokens per request [0].")
 @click.option("--seq-len", type=int, default=None, help="KV tokens per request (default: plan).")
@@ -125,7 +126,7 @@ def _under_torchrun() -> bool:
     help="fp8_ds_mla scales (vLLM: arbitrary for GLM, pow2 for DeepSeek).",
 )
 @click.option("--threshold", type=float, default=None, help="Max abs error to pass.")
-@click.option("--stall-timeout", type=float, default=60.0, show_default=True)
+@options.stall_timeout_option
 @click.option("--inject-stall", default=None, metavar="RANK[:PHASE]")
 @click.option("--bundle-dir", type=click.Path(file_okay=False), default=None)
 @click.option("--bundle-deadline", type=float, default=30.0, show_default=True)
@@ -203,7 +204,7 @@ def run_cmd(
     if res is None:  # a torchrun rank other than the reporting one
         return 0
     if as_json:
-        dump_json("warmup run", res.to_dict())
+        dump_json("warmup run", res.to_dict(), exit_code=res.exit_code)
     else:
         render_result(res, console())
     return res.exit_code

@@ -175,8 +175,14 @@ def _judge(plan: CapacityPlan, inp: PlanInput, dens: KvDensity) -> None:
         if plan.dcp_that_fits is not None and plan.dcp_that_fits != inp.dcp:
             plan.fix = (f"use --decode-context-parallel-size {plan.dcp_that_fits} (it divides TP "
                         f"{inp.tp} and fits at least one request), or lower --max-model-len")
+        elif (plan.kv_gib or 0) <= 0:
+            plan.summary = (f"the weights alone ({plan.weights_gib_per_gpu} GiB per GPU) do not "
+                            f"fit in the {plan.gpu_total_gib} GiB x {plan.utilization} per GPU "
+                            f"vLLM may use: {head}")
+            plan.fix = ("no --max-model-len helps: spread the weights over more GPUs (raise TP "
+                        "or PP), use a smaller quantization, or raise --gpu-memory-utilization")
         else:
-            fit = int(mml * conc) if conc > 0 else 0
+            fit = int(mml * conc)
             plan.fix = (f"no DCP size dividing TP {inp.tp} fits one request; lower "
                         f"--max-model-len to about {fit:,} or add GPUs")
         return

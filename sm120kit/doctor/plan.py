@@ -28,7 +28,8 @@ def _check_sizes(flags: PlanFlags) -> None:
     for name, val in (("--dcp", flags.dcp), ("--tp", flags.tp),
                       ("--max-model-len", flags.max_model_len)):
         if val is not None and val < 1:
-            raise UserError(f"{name} must be >= 1, got {val}")
+            raise UserError(f"{name} must be >= 1, got {val}",
+                            hint=f"give {name} a positive size, or leave it out to plan without it")
     if flags.gpu_mem_gib is not None and flags.gpu_mem_gib <= 0:
         raise UserError(f"--gpu-mem-gib must be > 0, got {flags.gpu_mem_gib}")
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from sm120kit import __version__
 from sm120kit.doctor.model import DoctorReport
-from sm120kit.report import styled
+from sm120kit.report import cell, styled
 
 ICON = {"ok": "ok", "warn": "WARN", "fail": "FAIL", "skip": "skip", "error": "ERROR"}
 
@@ -27,9 +27,9 @@ def render_table(report: DoctorReport, console: Any) -> None:
     table.add_column("summary / fix", overflow="fold")
     last_area = None
     for c in report.sorted_checks():
-        text = c.summary
+        text = cell(c.summary)
         if c.fix and c.status in ("fail", "warn", "error"):
-            text += f"\n[bold]fix:[/bold] {c.fix}"
+            text += f"\n[bold]fix:[/bold] {cell(c.fix)}"
         area = c.area if c.area != last_area else ""
         if last_area is not None and c.area != last_area:
             table.add_section()

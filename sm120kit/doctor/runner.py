@@ -63,9 +63,10 @@ def select(checks: Iterable[Check], *, tiers: Sequence[int], launch: bool, layou
             hit = [c for c in pool if c.id == want or c.id.startswith(want.rstrip(".") + ".")
                    or c.area == want]
             if not hit:
-                known = ", ".join(sorted(c.id for c in pool))
+                areas = ", ".join(sorted({c.area for c in pool}))
                 raise UserError(f"unknown check {want!r}",
-                                hint=f"known checks: {known[:600]}")
+                                hint=f"--only takes a check id, an id prefix or an area ({areas});"
+                                " `sm120kit doctor --json` lists every check id")
             chosen += [c for c in hit if c not in chosen]
         # --only runs what was asked, whatever the tier (but a layout/launch check still needs
         # its input: it reports skip itself)

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from sm120kit.models.kv import DEFAULT_BLOCK_SIZE
 from sm120kit.models.serve_args import ServeArgs
 
 #: upstream ``run_mixed_prefill_decode_warmup``'s ``decode_prompt_len`` (every release 0.24-0.34)
@@ -224,7 +225,7 @@ class WarmupPlan:
 
 def plan_warmup(
     dcp: int,
-    block_size: int = 64,
+    block_size: int = DEFAULT_BLOCK_SIZE,
     *,
     interleave: int = 1,
     mtp: int = 0,

@@ -206,15 +206,12 @@ def _existing_branch(
             hint=f"pass --into NEW_BRANCH, or delete it (`git branch -D {plan.into}`)",
         )
     msg = f"already applied: branch {plan.into} carries the series"
-    done = False
-    if checkout and not dry_run:
-        current = run_git(["symbolic-ref", "--quiet", "HEAD"], plan.repo, check=False)
-        if current.stdout.strip() == f"refs/heads/{plan.into}":
-            done = True
-        else:
-            ge.ensure_writable(plan.repo, [p for pp in plan.parsed for p in pp.paths()])
-            done, note = _checkout(plan.repo, plan.into)
-            msg += note
+    current = run_git(["symbolic-ref", "--quiet", "HEAD"], plan.repo, check=False)
+    done = current.stdout.strip() == f"refs/heads/{plan.into}"  # checked out, asked or not
+    if checkout and not dry_run and not done:
+        ge.ensure_writable(plan.repo, [p for pp in plan.parsed for p in pp.paths()])
+        done, note = _checkout(plan.repo, plan.into)
+        msg += note
     return plan.result("already-applied", plan.existing, _outcomes(states), msg, done)
 
 

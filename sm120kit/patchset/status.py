@@ -27,7 +27,7 @@ from sm120kit.patchset.markers import (
 from sm120kit.patchset.patchfile import parse_patch
 from sm120kit.patchset.render import new_table
 from sm120kit.patchset.targets import select
-from sm120kit.report import styled, to_jsonable
+from sm120kit.report import cell, styled, to_jsonable
 
 _FAILED_RE = re.compile(r"^error: patch failed: (.+):(\d+)$", re.M)
 _ERROR_RE = re.compile(r"^error: (.+)$", re.M)
@@ -53,6 +53,7 @@ class StatusResult:
     head: str | None
     branch: str | None
     patches: list[PatchStatus]
+    series_branch: str | None = None  # sm120kit's result branch for this alias, when not HEAD
 
     @property
     def summary(self) -> str:
@@ -86,9 +87,13 @@ class StatusResult:
             f"{self.alias} · variant {self.variant} · {where}", "#", "patch", "state", "detail"
         )
         for i, p in enumerate(self.patches, 1):
-            table.add_row(str(i), f"{p.file}\n[dim]{p.subject}[/dim]", styled(p.state), p.detail)
+            table.add_row(str(i), f"{p.file}\n[dim]{p.subject}[/dim]", styled(p.state),
+                          cell(p.detail))
         console.print(table)
         console.print(f"series: {styled(self.summary)}")
+        if self.series_branch and self.summary != "applied":
+            console.print(f"the series is applied on branch {self.series_branch} (not checked "
+                          f"out here): git checkout {self.series_branch}", soft_wrap=True)
 
 
 def _check_detail(text: str, patch_path: Path) -> str:
@@ -144,7 +149,10 @@ def repo_status(series: Series, alias: str, repo: Path) -> StatusResult:
                     p.file, p.subject, "conflict", _check_detail(proc.stderr, Path(path)), missing
                 ))
     branch = run_git(["symbolic-ref", "--quiet", "--short", "HEAD"], repo, check=False).stdout.strip()
-    return StatusResult(alias, variant.name, str(repo), rev_parse(repo, "HEAD"), branch or None, results)
+    made = f"sm120kit/dcp-{alias}"
+    held = made if made != branch and rev_parse(repo, f"refs/heads/{made}") else None
+    return StatusResult(alias, variant.name, str(repo), rev_parse(repo, "HEAD"), branch or None,
+                        results, held)
 
 
 def _copy_files(repo: Path, dest: Path, files: list[str]) -> None:

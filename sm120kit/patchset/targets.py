@@ -42,7 +42,8 @@ def resolve_repo(repo: Path | None, cwd: Path | None = None) -> Path | None:
     if repo is not None:
         p = Path(repo).expanduser()
         if not p.exists():
-            raise UserError(f"--repo {repo}: no such directory")
+            raise UserError(f"--repo {repo}: no such directory",
+                            hint="pass the path of a vLLM git checkout (or cd into one)")
         root = checkout_root(p)
         if root is None:
             raise UserError(

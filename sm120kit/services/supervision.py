@@ -43,6 +43,7 @@ from sm120kit.evidence.procs import Proc, alive, describe, stop_tree, tree
 from sm120kit.evidence.redact import Redactor
 from sm120kit.evidence.stacks import faulthandler_site_dir, py_spy_dump, signature
 from sm120kit.models.serve_args import ServeArgs, parse_serve_args
+from sm120kit.models.timeouts import DEFAULT_STALL_TIMEOUT_S
 from sm120kit.services.bundles import LOG_CAP, Bundle
 from sm120kit.services.progress import (
     LONG_PHASES,
@@ -82,7 +83,7 @@ MAX_SOURCES = 128
 @dataclass
 class LaunchOptions:
     out_dir: Path
-    stall_timeout: float = 120.0
+    stall_timeout: float = DEFAULT_STALL_TIMEOUT_S
     until_ready: bool = False
     deadline_s: float = 60.0
     redact: bool = True

@@ -19,6 +19,7 @@ from typing import Any
 
 from sm120kit.errors import UserError
 from sm120kit.models.serve_args import parse_serve_args
+from sm120kit.models.timeouts import DEFAULT_STALL_TIMEOUT_S
 from sm120kit.services.snapshot import BundleHooks
 from sm120kit.services.supervision import LaunchOptions, LaunchResult, LaunchSupervisor
 from sm120kit.validate.client import ServerClient
@@ -45,7 +46,7 @@ _INTERLEAVE_OPTS = ("--cp-kv-cache-interleave-size", "--dcp-kv-cache-interleave-
 class LaunchSettings:
     out_dir: Path
     ready_timeout: float = 1800.0  # cold JIT + weight load of a large checkpoint: ~20 min seen
-    stall_timeout: float = 300.0
+    stall_timeout: float = DEFAULT_STALL_TIMEOUT_S
     #: doctor's report and the bundle verdict, composed by the CLI
     hooks: BundleHooks = field(default_factory=BundleHooks)
 

@@ -10,7 +10,9 @@ from typing import Any
 
 from sm120kit.errors import UserError
 from sm120kit.models import dcp as P
+from sm120kit.models.kv import DEFAULT_BLOCK_SIZE
 from sm120kit.models.serve_args import ServeArgs
+from sm120kit.models.timeouts import DEFAULT_STALL_TIMEOUT_S
 
 PHASES: tuple[str, ...] = ("init", "kv-build", "convert", "attend", "merge")
 #: the collective each phase runs (what ``--inject-stall RANK:PHASE`` stops a rank in front of)
@@ -40,7 +42,7 @@ class RunConfig:
     kv_lora_rank: int = 512
     rope_dim: int = 64
     interleave: int = 1
-    block_size: int = 64
+    block_size: int = DEFAULT_BLOCK_SIZE
     batch: int = 1
     mtp: int = 0
     seq_len: int | None = None  # KV tokens per request at the decode step; None = from the plan
@@ -49,7 +51,7 @@ class RunConfig:
     lse_base: str = "2"
     merge: str = "both"
     scale_format: str = "arbitrary_fp32"
-    stall_timeout: float = 60.0
+    stall_timeout: float = DEFAULT_STALL_TIMEOUT_S
     inject_stall: tuple[int, str] | None = None
     bundle_dir: str | None = None
     bundle_deadline: float = 30.0

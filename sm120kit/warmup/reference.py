@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from sm120kit.models.fp8ds import unpack_fp8_ds_mla
+from sm120kit.models.kv import DEFAULT_BLOCK_SIZE
 
 if TYPE_CHECKING:
     import torch
@@ -114,7 +115,7 @@ def filter_and_convert_dcp_index(
     dcp_size: int,
     dcp_rank: int,
     interleave: int = 1,
-    block_size: int = 64,
+    block_size: int = DEFAULT_BLOCK_SIZE,
     block_stride_rows: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Global top-k token ids -> this rank's physical KV rows, compacted to the front.

@@ -1,9 +1,7 @@
 """Log reading for ``sm120kit diagnose``: streaming (``stream``), attribution (``prefix``),
 record parsers (``parsers``), named signatures (``signals``), versions/config (``versions``) and
-the one-pass accumulator (``analyze``)."""
+the one-pass accumulator (``analyze``).
 
-from __future__ import annotations
-
-from sm120kit.evidence.logs.analyze import Evidence, LogAnalysis, Proc
-
-__all__ = ["Evidence", "LogAnalysis", "Proc"]
+Import the module you need (``from sm120kit.evidence.logs.analyze import LogAnalysis``): the
+package itself loads nothing, so a reader of one kind of line (``versions``, ``nccl_diag``)
+does not pay for the whole analyzer (doctor's start-up, bench_cli.py)."""

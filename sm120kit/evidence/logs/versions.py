@@ -12,9 +12,12 @@ per-rank ``vLLM is using nccl==``, NCCL ``NCCL version``, ``Device capability``.
 from __future__ import annotations
 
 import re
+import shlex
 from typing import Any
 
+from sm120kit.errors import UserError
 from sm120kit.evidence.logs.prefix import worker_parts
+from sm120kit.models.serve_args import parse_serve_args
 
 _QUICK = (
     "version", "nccl", "args", "config", "Backend", "backend", "kv cache", "KV cache",
@@ -66,18 +69,17 @@ _KV = re.compile(
     r"|decode_context_parallel_size|kv_cache_dtype|attention_backend|enable_expert_parallel"
     r"|model)['\"]?(?:=|: )(?P<v>'[^']*'|\"[^\"]*\"|[\w./-]+)"
 )
-_CLI = re.compile(
-    r"--(?P<k>tensor-parallel-size|tp|pipeline-parallel-size|pp|data-parallel-size|dp"
-    r"|decode-context-parallel-size|dcp|kv-cache-dtype|attention-backend|enable-expert-parallel)"
-    r"(?:[ =](?P<v>[\w./-]+))?"
+# the ``vllm serve`` options read off a launch line in a log (parsed by models/serve_args, the
+# one serve-line parser), and the config key each fills
+_SERVE_FIELDS = (
+    ("tensor_parallel_size", "tp"), ("pipeline_parallel_size", "pp"),
+    ("data_parallel_size", "dp"), ("decode_context_parallel_size", "dcp"),
+    ("kv_cache_dtype", "kv_cache_dtype"), ("attention_backend", "attention_backend"),
+    ("enable_expert_parallel", "ep"), ("model", "model"),
 )
-_CLI_MAP = {
-    "tensor-parallel-size": "tp", "tp": "tp", "pipeline-parallel-size": "pp", "pp": "pp",
-    "data-parallel-size": "dp", "dp": "dp", "decode-context-parallel-size": "dcp", "dcp": "dcp",
-    "kv-cache-dtype": "kv_cache_dtype", "attention-backend": "attention_backend",
-    "enable-expert-parallel": "ep",
-}
-_SERVE_MODEL = re.compile(r"vllm serve (?P<m>[^\s-][^\s]*)")
+# where the quoted command starts, most specific first
+_SERVE_STARTS = (re.compile(r"Command:\s*"), re.compile(r"(?<!\S)\S*vllm serve\b"),
+                 re.compile(r"(?<!\S)\S*api_server(?:\.py)?(?=\s|$)"))
 _SPEC_NONE = re.compile(r"speculative_config=None")
 _SPEC_OBJ = re.compile(
     r"speculative_config=SpeculativeConfig\(method='(?P<m>\w+)'.*?num_spec_tokens=(?P<n>\d+)"
@@ -90,6 +92,27 @@ _V0_BACKENDS = {
     "Flash Attention": "FLASH_ATTN", "XFormers": "XFORMERS", "FlashInfer": "FLASHINFER",
     "Torch SDPA": "TORCH_SDPA", "FlashMLA": "FLASHMLA", "Triton MLA": "TRITON_MLA",
 }
+
+
+def serve_line_config(line: str) -> dict[str, Any]:
+    """The launch configuration on a log line that quotes a ``vllm serve`` (or api_server)
+    command, read with the one serve-line parser; ``{}`` when the line has none or vLLM would
+    reject it."""
+    m = next((m for rx in _SERVE_STARTS if (m := rx.search(line))), None)
+    if m is None:
+        return {}
+    text = line[m.end():] if m.group(0).startswith("Command:") else line[m.start():]
+    try:
+        argv = shlex.split(text)
+    except ValueError:  # an unbalanced quote in the log text
+        argv = text.split()
+    if argv and "api_server" in argv[0]:
+        argv = argv[1:]
+    try:
+        sa = parse_serve_args(argv)
+    except UserError:
+        return {}
+    return {key: getattr(sa, name) for name, key in _SERVE_FIELDS if name in sa.given}
 
 
 class VersionScan:
@@ -146,12 +169,8 @@ class VersionScan:
                     continue
                 self._set("config", k, v)
         if "--" in line and ("vllm serve" in line or "Command:" in line or "api_server" in line):
-            for cm in _CLI.finditer(line):
-                k = _CLI_MAP[cm.group("k")]
-                self._set("config", k, cm.group("v") if cm.group("v") else True)
-            sm = _SERVE_MODEL.search(line)
-            if sm:
-                self._set("config", "model", sm.group("m"))
+            for k, v in serve_line_config(line).items():
+                self._set("config", k, v)
         if "speculative_config" in line:
             if _SPEC_NONE.search(line):
                 self._set("config", "mtp", 0)

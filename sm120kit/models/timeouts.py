@@ -1,0 +1,6 @@
+"""Timeouts shared by every command that supervises a process (one value, one place)."""
+
+from __future__ import annotations
+
+#: seconds without output or phase change that count as a stall (collect, warmup run, validate)
+DEFAULT_STALL_TIMEOUT_S = 120.0
