@@ -40,7 +40,7 @@ CASES: list[tuple[list[str], str]] = [
     (["warmup", "run", "--json", "--bogus"], "--bogus"),
     (["collect", "--json", "--attach", "999999"], "999999"),
     (["diagnose", "--json", MISSING], MISSING),
-    (["diagnose", "--json"], "INPUTS"),
+    (["diagnose", "--json"], "nothing to diagnose"),
     (["validate", "--url", "http://127.0.0.1:9", "--json"], "127.0.0.1:9"),
     (["validate", "--json", "--bogus"], ""),
     (["--json", "warmup"], "needs a subcommand"),
