@@ -5,7 +5,7 @@ Quiet is the time since *any* channel of the :class:`~sm120kit.services.watchdog
 (output lines, process births/exits, compiler CPU, bytes read, JIT cache growth, GPU memory, and
 py-spy frames only when they change). The allowed quiet is ``--stall-timeout``; inside a
 known-long phase (weight load, JIT compile, graph capture, autotune) it grows towards the phase's
-patience only while a progress channel is *moving slowly*: twice the longest gap between its
+patience only while a progress channel is *moving slowly*: three times the longest gap between its
 recent moves, capped by the patience. A long phase where nothing moves is stalled after
 ``--stall-timeout`` like any other (issue 23 item 1).
 """
@@ -24,7 +24,7 @@ SPIN_CORES = 0.2  # CPU use over the quiet window that makes it a spin rather th
 #: the channels whose slow movement earns a long phase its patience (output does not: a phase
 #: printing a line now and then without doing anything else is no progress)
 SLOW_CHANNELS = tuple(sorted(PROGRESS - {"output"}))
-SLOW_FACTOR = 2.0
+SLOW_FACTOR = 3.0
 
 
 @dataclass
