@@ -8,7 +8,9 @@ import json
 import os
 import re
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from sm120kit.errors import UserError
 from sm120kit.evidence import flight
@@ -150,3 +152,31 @@ def diagnostic_env(
                 note = ("vLLM --watchdog-config not supported by this vLLM" if ok is False
                         else f"vLLM --watchdog-config not added: {where}")
     return env, added, argv, note
+
+
+@dataclass
+class LaunchEnv:
+    env: dict[str, str]
+    added: dict[str, str]
+    argv: list[str]
+    watchdog_note: str | None
+    serve_meta: dict[str, Any]
+
+
+def prepare_launch(bundle_root: Path, argv: list[str], *, diag_env: bool, stall_timeout: float,
+                   site_dir: Path | None) -> LaunchEnv:
+    """The environment and argv a launch runs with, and what the bundle records of its
+    ``vllm serve`` line."""
+    base_env = dict(os.environ)
+    if diag_env:
+        env, added, full, note = diagnostic_env(bundle_root, base_env, argv,
+                                                stall_timeout=stall_timeout, site_dir=site_dir)
+    else:
+        env, added, full, note = base_env, {}, list(argv), None
+    meta: dict[str, Any] = {}
+    if is_vllm_serve(argv):
+        sa = serve_args_of(argv)
+        meta["serve_args"] = sa.shape()
+        if sa.notes:
+            meta["serve_args_notes"] = list(sa.notes)
+    return LaunchEnv(env, added, full, note, meta)

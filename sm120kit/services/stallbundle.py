@@ -12,8 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sm120kit.evidence import flight
 from sm120kit.evidence.procs import Proc
 from sm120kit.services.bundles import Bundle
+from sm120kit.services.proctree import SupervisedChild
 from sm120kit.services.snapshot import (
     CollectContext,
     Options,
@@ -81,3 +83,23 @@ def write_stall_bundle(
         ctx = context() if res is None else ctx
         path = finalize(bundle, live or known, ctx, res, opts)
     return Written(path, res, round(time.monotonic() - t_detect, 3))
+
+
+def launch_context(reason: str, kind: str, *, argv: list[str], env: dict[str, str],
+                   added: dict[str, str], timeline: list[dict[str, Any]], current: str | None,
+                   logs: dict[str, list[str]], child: SupervisedChild, bundle_root: Path,
+                   started: float, note: str | None) -> CollectContext:
+    """What a launch's bundle records: the launch line and environment, phases, output, deaths,
+    and where the diagnostic settings made NCCL, torch and vLLM write."""
+    nccl_file = env.get("NCCL_DEBUG_FILE")
+    return CollectContext(
+        mode="launch", reason=reason, stall_kind=kind, argv=argv, env=env, added_env=added,
+        timeline=timeline, current_phase=current, logs=logs, deaths=list(child.deaths),
+        exit_code=child.poll(), own_pids=set(child.known),
+        fh_dir=bundle_root / "faulthandler" if "SM120KIT_FAULTHANDLER_DIR" in added else None,
+        fr_prefixes=[v for k, v in env.items() if k in flight.FR_PREFIX_VARS],
+        watchdog_dirs=[str(bundle_root / "vllm-watchdog")],
+        nccl_debug_files=[nccl_file] if nccl_file and not str(nccl_file).startswith(
+            str(bundle_root)) else [],
+        started=started, notes=[note] if note else [],
+    )

@@ -12,9 +12,9 @@ recent moves, capped by the patience. A long phase where nothing moves is stalle
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from sm120kit.evidence.stacks import py_spy_dump, signature
 from sm120kit.services.progress import PROGRESS, ProgressSampler
@@ -60,7 +60,8 @@ class StallJudge:
         self._spy: dict[int, tuple[tuple[str, str], ...]] = {}
         self._spy_t = 0.0
         self.spy_same = False
-        self._lock = threading.Lock()
+        self._status_t = 0.0
+        self.last_activity: str | None = None
 
     # --- how much quiet ----------------------------------------------------------------------
     def activity(self) -> str | None:
@@ -82,6 +83,33 @@ class StallJudge:
             return None
         kind, reason = self.verdict(silent)
         return Stop("stalled", kind, reason, quiet_s=round(silent, 2))
+
+    # --- the progress channels beyond output -------------------------------------------------
+    def tick(self, mono: float, status_every_s: float, on_event: Callable[[str], None]) -> None:
+        """One sample of the tree: moved channels reset their clocks (CPU alone does not; when
+        only CPU moves, py-spy frames decide); a status line when the activity changes or the
+        output stays quiet."""
+        assert self.sampler is not None
+        tick = self.sampler.sample()
+        for ch in tick.moved & PROGRESS:
+            self.watchdog.touch(ch, mono)
+        if not tick.moved & PROGRESS and "cpu" in tick.moved and tick.busy_python is not None:
+            self.frames(tick.busy_python, mono)
+        act = self.activity()
+        quiet_out = self.watchdog.quiet(mono, ["output"])
+        every = status_every_s
+        if act != self.last_activity or (quiet_out >= every and mono - self._status_t >= every):
+            self.last_activity, self._status_t = act, mono
+            if act is not None or quiet_out >= every:
+                on_event(self.sampler.status(act, self.patience.get(act or "")))
+
+    def report(self) -> dict[str, Any] | None:
+        if self.sampler is None:
+            return None
+        rep = self.sampler.report()
+        rep["patience_s"] = dict(self.patience)
+        rep["activity"] = self.last_activity
+        return rep
 
     # --- what the quiet is -------------------------------------------------------------------
     def verdict(self, silent: float) -> tuple[str, str]:

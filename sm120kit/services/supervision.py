@@ -25,8 +25,6 @@ The parts, one job each: :mod:`~sm120kit.services.launchenv` (diagnostic environ
 
 from __future__ import annotations
 
-import os
-import re
 import shutil
 import signal
 import sys
@@ -38,34 +36,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sm120kit.evidence import flight
 from sm120kit.evidence.kv import capacity_from_launch
-from sm120kit.evidence.phases import PhaseTracker, stall_signal
 from sm120kit.evidence.redact import Redactor
 from sm120kit.evidence.stacks import faulthandler_site_dir
 from sm120kit.services.bundles import Bundle
 from sm120kit.services.capture import LogCapture
-from sm120kit.services.launchenv import diagnostic_env, is_vllm_serve, serve_args_of
+from sm120kit.services.launchenv import prepare_launch
+from sm120kit.services.linewatch import DEATH_SIGNALS, LineWatch
 from sm120kit.services.proctree import POLITE, SupervisedChild
 from sm120kit.services.progress import (
     LONG_PHASES,
-    PROGRESS,
     ProgressSampler,
     cache_dirs,
     nvml_used_reader,
 )
 from sm120kit.services.snapshot import BundleHooks, CollectContext, Options, Result
-from sm120kit.services.stallbundle import RemoteHook, write_stall_bundle
+from sm120kit.services.stallbundle import RemoteHook, launch_context, write_stall_bundle
 from sm120kit.services.stalljudge import StallJudge, Stop
 from sm120kit.services.watchdog import Watchdog
-
-READY_PHASES = ("api-server-ready",)
-_READY_RX = re.compile(r"Application startup complete")
-IMMEDIATE_SIGNALS = frozenset(
-    {"watchdog-timeout", "rpc-timeout", "nccl-timeout", "worker-died", "engine-dead",
-     "nccl-teardown"}
-)
-DEATH_SIGNALS = frozenset({"worker-died", "engine-dead", "nccl-teardown"})
 
 
 @dataclass
@@ -153,11 +141,15 @@ class LaunchSupervisor:
         self.bundle = Bundle.create(Path(opts.out_dir), self.redactor, t=self.t0,
                                     meta={"mode": "launch"})
         self._tmp = Path(tempfile.mkdtemp(prefix="sm120kit-collect-"))
-        self._setup_env()
-        self.tracker = PhaseTracker()
-        self.lock = threading.Lock()  # tracker, signal_hit, ready
-        self.signal_hit: tuple[str, str] | None = None
-        self.ready = False
+        site = faulthandler_site_dir(self._tmp) if opts.faulthandler and opts.diag_env else None
+        le = prepare_launch(self.bundle.root, self.argv_user, diag_env=opts.diag_env,
+                            stall_timeout=opts.stall_timeout, site_dir=site)
+        self.env, self.added, self.argv, self.watchdog_note = (le.env, le.added, le.argv,
+                                                               le.watchdog_note)
+        self.bundle.meta.update(le.serve_meta)
+        self.redactor.learn_env(self.env)
+        self.redactor.learn_argv(self.argv)
+        self.lines = LineWatch()
         # set by a caller that drives the ready server itself (validate) once its work is done:
         # the loop stops the child tree without a bundle (outcome "stopped")
         self.stop_requested = threading.Event()
@@ -172,31 +164,19 @@ class LaunchSupervisor:
                                 patience=self.patience, phase=self._phase)
         self.sampler: ProgressSampler | None = None
         self.detect_to_bundle_s: float | None = None
-        self._status_t = 0.0
-        self._activity: str | None = None
 
-    def _setup_env(self) -> None:
-        opts = self.opts
-        site = faulthandler_site_dir(self._tmp) if opts.faulthandler and opts.diag_env else None
-        base_env = dict(os.environ)
-        if opts.diag_env:
-            self.env, self.added, self.argv, self.watchdog_note = diagnostic_env(
-                self.bundle.root, base_env, self.argv_user, stall_timeout=opts.stall_timeout,
-                site_dir=site)
-        else:
-            self.env, self.added, self.argv, self.watchdog_note = base_env, {}, self.argv_user, None
-        self.redactor.learn_env(self.env)
-        self.redactor.learn_argv(self.argv)
-        if is_vllm_serve(self.argv_user):
-            sa = serve_args_of(self.argv_user)
-            self.bundle.meta["serve_args"] = sa.shape()
-            if sa.notes:
-                self.bundle.meta["serve_args_notes"] = list(sa.notes)
-
-    # --- views kept for callers (validate reads the tails under the lock) -----------------
+    # --- views kept for callers (validate reads ready, and the tails under the lock) --------
     @property
     def proc(self) -> Any:
         return self.child.proc
+
+    @property
+    def ready(self) -> bool:
+        return self.lines.ready
+
+    @property
+    def lock(self) -> Any:
+        return self.capture.lock
 
     @property
     def tails(self) -> dict[str, Any]:
@@ -209,8 +189,7 @@ class LaunchSupervisor:
         return time.time() - self.t0
 
     def _phase(self) -> str | None:
-        with self.lock:
-            return self.tracker.current
+        return self.lines.current
 
     # --- output --------------------------------------------------------------------------
     def _on_partial(self) -> None:
@@ -218,53 +197,21 @@ class LaunchSupervisor:
 
     def _on_line(self, line: str, src: str, stream: str) -> None:
         t = self.now()
-        sig = stall_signal(line)
-        with self.lock:
-            new_phase = self.tracker.feed(line, t, src)
-            if sig in IMMEDIATE_SIGNALS and self.signal_hit is None:
-                self.signal_hit = (sig, line.strip()[:300])
-            if (new_phase in READY_PHASES or self.tracker.current in READY_PHASES
-                    or _READY_RX.search(line)):
-                self.ready = True
-        if sig != "shm-broadcast-wait":  # what a waiting EngineCore prints during a hang
+        new_phase, active = self.lines.feed(line, t, src)
+        if active:
             self.watchdog.touch("output")
         if new_phase is not None:
             self.on_event(f"phase {new_phase} at +{t:.1f}s")
 
-    # --- progress beyond output -----------------------------------------------------------
+    # --- progress beyond output (sampled by the judge) --------------------------------------
     def _progress(self, mono: float) -> None:
-        """One sample of the tree; progress resets the stall clock, CPU alone does not."""
-        assert self.sampler is not None
-        tick = self.sampler.sample()
-        for ch in tick.moved & PROGRESS:
-            self.watchdog.touch(ch, mono)
-        if not tick.moved & PROGRESS and "cpu" in tick.moved and tick.busy_python is not None:
-            self.judge.frames(tick.busy_python, mono)
-        act = self.judge.activity()
-        quiet_out = self.watchdog.quiet(mono, ["output"])
-        every = self.opts.status_every_s
-        if act != self._activity or (quiet_out >= every and mono - self._status_t >= every):
-            self._activity, self._status_t = act, mono
-            if act is not None or quiet_out >= every:
-                self.on_event(self.sampler.status(act, self.patience.get(act or "")))
+        self.judge.tick(mono, self.opts.status_every_s, self.on_event)
 
     def progress_report(self) -> dict[str, Any] | None:
-        if self.sampler is None:
-            return None
-        rep = self.sampler.report()
-        rep["patience_s"] = dict(self.patience)
-        rep["activity"] = self._activity
-        return rep
+        return self.judge.report()
 
     def kv_capacity(self) -> dict[str, Any] | None:
-        """KV numbers the launch printed, with the effective DCP where the model config is local."""
-        lines = self.capture.text().splitlines()
-        cap = capacity_from_launch(lines, self.argv_user, self.env)
-        if cap is not None:
-            self.on_event(f"KV cache: {cap.tokens if cap.tokens is not None else '?'} tokens, "
-                          f"{cap.available_gib} GiB; DCP engaged: {cap.engaged}"
-                          + (f" ({cap.note})" if cap.note else ""))
-        return cap.to_dict() if cap is not None else None
+        return kv_capacity(self.capture.text(), self.argv_user, self.env, self.on_event)
 
     # --- lifecycle -----------------------------------------------------------------------
     def start(self) -> None:
@@ -295,21 +242,10 @@ class LaunchSupervisor:
 
     def _context(self, reason: str, kind: str) -> CollectContext:
         tl, cur = self._timeline()
-        env = self.env
-        nccl_file = env.get("NCCL_DEBUG_FILE")
-        return CollectContext(
-            mode="launch", reason=reason, stall_kind=kind, argv=self.argv, env=env,
-            added_env=self.added, timeline=tl, current_phase=cur, logs=self.capture.snapshot(),
-            deaths=list(self.child.deaths), exit_code=self.child.poll(),
-            own_pids=set(self.child.known),
-            fh_dir=self.bundle.root / "faulthandler" if "SM120KIT_FAULTHANDLER_DIR" in self.added
-            else None,
-            fr_prefixes=[v for k, v in env.items() if k in flight.FR_PREFIX_VARS],
-            watchdog_dirs=[str(self.bundle.root / "vllm-watchdog")],
-            nccl_debug_files=[nccl_file] if nccl_file and not str(nccl_file).startswith(
-                str(self.bundle.root)) else [],
-            started=self.t0, notes=[self.watchdog_note] if self.watchdog_note else [],
-        )
+        return launch_context(
+            reason, kind, argv=self.argv, env=self.env, added=self.added, timeline=tl,
+            current=cur, logs=self.capture.snapshot(), child=self.child,
+            bundle_root=self.bundle.root, started=self.t0, note=self.watchdog_note)
 
     def _options(self) -> Options:
         o = self.opts
@@ -356,8 +292,7 @@ class LaunchSupervisor:
             return Stop("stalled", "caller", self.caller_stall), grace_until
         if self.stop_requested.is_set():
             return Stop("stopped", "", "stopped by the caller after its work"), grace_until
-        with self.lock:
-            sig = self.signal_hit
+        sig = self.lines.hit()
         if sig is not None:
             return Stop("crashed" if sig[0] in DEATH_SIGNALS else "stalled", "signal",
                         f"known hang message ({sig[0]}): {sig[1]}{self.judge.cold_hint(sig[1])}"
@@ -396,9 +331,7 @@ class LaunchSupervisor:
             time.sleep(self.opts.poll_s)
 
     def _timeline(self) -> tuple[list[dict[str, Any]], str | None]:
-        with self.lock:
-            return ([{"phase": ph, "t": round(t, 3), "stream": s}
-                     for ph, t, s in self.tracker.timeline], self.tracker.current)
+        return self.lines.timeline()
 
     def _after_stall(self, st: Stop) -> tuple[Path, Result | None]:
         o = self.opts
@@ -474,6 +407,17 @@ class LaunchSupervisor:
             quiet_s=st.quiet_s,
             detected_at=detected if st.outcome in ("stalled", "crashed") else None,
         )
+
+
+def kv_capacity(text: str, argv: list[str], env: dict[str, str],
+                on_event: Callable[[str], None]) -> dict[str, Any] | None:
+    """KV numbers the launch printed, with the effective DCP where the model config is local."""
+    cap = capacity_from_launch(text.splitlines(), argv, env)
+    if cap is not None:
+        on_event(f"KV cache: {cap.tokens if cap.tokens is not None else '?'} tokens, "
+                 f"{cap.available_gib} GiB; DCP engaged: {cap.engaged}"
+                 + (f" ({cap.note})" if cap.note else ""))
+    return cap.to_dict() if cap is not None else None
 
 
 def _self_cpu() -> float | None:
