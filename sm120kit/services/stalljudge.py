@@ -37,6 +37,18 @@ class Stop:
     child_rc: int | None = None
     quiet_s: float | None = None
 
+    @classmethod
+    def exited(cls, rc: int, deaths: list[dict[str, Any]]) -> Stop:
+        """The command exited by itself: code 0 is a clean end, any other an exit (kind
+        ``exit``), never a stall."""
+        if rc == 0:
+            return cls("exited", "", "the command exited with code 0", rc)
+        reason = f"the command exited with code {rc}"
+        if deaths:
+            d = deaths[0]
+            reason += f"; first gone: {d['label']} (pid {d['pid']}) at +{d['t']:.1f}s"
+        return cls("crashed", "exit", reason, rc)
+
     def exit_code(self) -> int:
         if self.outcome in ("ready", "stopped"):
             return 0

@@ -274,16 +274,6 @@ class LaunchSupervisor:
         shutil.rmtree(self.bundle.root, ignore_errors=True)
 
     # --- main loop -----------------------------------------------------------------------
-    def _exited(self, rc: int) -> Stop:
-        self.capture.join()
-        if rc == 0:
-            return Stop("exited", "", "the command exited with code 0", rc)
-        reason = f"the command exited with code {rc}"
-        if self.child.deaths:
-            d = self.child.deaths[0]
-            reason += f"; first gone: {d['label']} (pid {d['pid']}) at +{d['t']:.1f}s"
-        return Stop("crashed", "exit", reason, rc)
-
     def _decide(self, mono: float, grace_until: float | None) -> tuple[Stop | None, float | None]:
         """One look at every stop condition (ready, caller, hang line, death, quiet)."""
         if self.opts.until_ready and self.ready:
@@ -313,7 +303,8 @@ class LaunchSupervisor:
         while True:
             rc = self.child.poll()
             if rc is not None:
-                return self._exited(rc)
+                self.capture.join()
+                return Stop.exited(rc, self.child.deaths)
             mono = time.monotonic()
             if mono - last_scan > 1.0:
                 try:
