@@ -6,7 +6,7 @@ Quiet is the time since *any* channel of the :class:`~sm120kit.services.watchdog
 py-spy frames only when they change). The allowed quiet is ``--stall-timeout``; inside a
 known-long phase (weight load, JIT compile, graph capture, autotune) it grows towards the phase's
 patience only while a progress channel is *moving slowly*: three times the longest gap between its
-recent moves, capped by the patience. A long phase where nothing moves is stalled after
+moves since the phase began, capped by the patience. A long phase where nothing moves is stalled after
 ``--stall-timeout`` like any other (issue 23 item 1).
 """
 
@@ -74,6 +74,8 @@ class StallJudge:
         self.spy_same = False
         self._status_t = 0.0
         self.last_activity: str | None = None
+        self._act: str | None = None
+        self._act_since = watchdog.started
 
     # --- how much quiet ----------------------------------------------------------------------
     def activity(self) -> str | None:
@@ -81,10 +83,13 @@ class StallJudge:
 
     def limit(self, mono: float) -> float:
         """``--stall-timeout``, or more inside a known-long phase while a channel moves slowly."""
-        pat = self.patience.get(self.activity() or "", 0.0)
+        act = self.activity()
+        if act != self._act:  # the rhythm that earns patience is this phase's own
+            self._act, self._act_since = act, mono
+        pat = self.patience.get(act or "", 0.0)
         if pat <= self.stall_timeout:
             return self.stall_timeout
-        gap = self.watchdog.longest_gap(SLOW_CHANNELS, since=mono - pat)
+        gap = self.watchdog.longest_gap(SLOW_CHANNELS, since=max(mono - pat, self._act_since))
         if gap is None:
             return self.stall_timeout
         return min(pat, max(self.stall_timeout, SLOW_FACTOR * gap))
