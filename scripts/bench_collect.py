@@ -14,7 +14,14 @@
    sampler's CPU (``progress.sampling_s``; collect's own CPU with vs without sampling) relative
    to the job's CPU.
 
+4. **A hang inside a long phase** (issue 23 item 1). ``tests/collect/fake_vllm_serve.py
+   load-spin`` prints vLLM's "Starting to load model" line, then spins in one frame; the anchor
+   is the same spin outside any long phase (``spin``). Reported: detection latency of each
+   (from the child's mark to collect's decision) and the ratio long-phase/outside (target
+   <= 1.5: the weight-load patience must not apply when nothing moves).
+
     python scripts/bench_collect.py [--world 8] [--repeats 3] [--steps 300] [--sampling-only]
+                                    [--long-phase-only]
 """
 
 from __future__ import annotations
@@ -162,6 +169,33 @@ def report_sampling(sm: dict[str, Any]) -> None:
     print(f"  runs {json.dumps({k: [round(x, 2) for x in v] for k, v in sm['all'].items()})}")
 
 
+FAKE = ROOT / "tests" / "collect" / "fake_vllm_serve.py"
+
+
+def _spin_latency(mode: str, out: Path, stall_s: float) -> float:
+    mark = out / f"{mode}.mark"
+    _, r = _collect(["-o", str(out / mode), "--stall-timeout", str(stall_s), "--deadline", "15",
+                     "--no-doctor", "--json", "--", sys.executable, str(FAKE), mode, "--mark",
+                     str(mark)], timeout=120 + 10 * stall_s)
+    res = json.loads(r.stdout)
+    if res.get("outcome") != "stalled":
+        raise SystemExit(f"{mode}: expected a stall, got {res.get('outcome')}: {res.get('reason')}")
+    return float(res["detected_at"]) - float(mark.read_text())
+
+
+def long_phase(out: Path, repeats: int, stall_s: float = 5.0) -> None:
+    inside, outside = [], []
+    for _ in range(repeats):
+        outside.append(_spin_latency("spin", out, stall_s))
+        inside.append(_spin_latency("load-spin", out, stall_s))
+    a, b = statistics.median(outside), statistics.median(inside)
+    print(f"long phase: stall-timeout {stall_s:g} s; spin outside any phase detected after "
+          f"{a:.2f} s (anchor), inside weight-load after {b:.2f} s -> ratio {b / a:.2f} "
+          f"(target <= 1.5: {'ok' if b / a <= 1.5 else 'MISSED'}; budget stall-timeout + 5 s: "
+          f"{'ok' if b <= stall_s + 5 else 'MISSED'})")
+    print(f"  runs outside {[round(x, 2) for x in outside]}, inside {[round(x, 2) for x in inside]}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--world", type=int, default=8)
@@ -169,7 +203,13 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--sampling-only", action="store_true",
                     help="only part 3 (progress sampling overhead)")
+    ap.add_argument("--long-phase-only", action="store_true",
+                    help="only part 4 (a hang inside a long phase)")
     a = ap.parse_args()
+    if a.long_phase_only:
+        with tempfile.TemporaryDirectory(prefix="bench-collect-") as tmp:
+            long_phase(Path(tmp), a.repeats)
+        return 0
     if a.sampling_only:
         with tempfile.TemporaryDirectory(prefix="bench-collect-") as tmp:
             report_sampling(sampling(a.world, a.steps, a.repeats, Path(tmp)))
@@ -180,6 +220,7 @@ def main() -> int:
         st = stall(a.world, out / "stall")
         h = healthy(a.world, a.steps, a.repeats, out / "healthy")
         sm = sampling(a.world, a.steps, a.repeats, out / "sampling")
+        long_phase(out / "long-phase", a.repeats)
     d2b = st["detect_to_bundle_s"]
     ratio = h["collect_median_s"] / h["bare_median_s"]
     print(f"world={a.world}")

@@ -350,6 +350,7 @@ def diagnose(paths: list[Path | str], *, config: str | Path | None = None,
                   ("logs" if "logs" in kinds else "log"), an, facts, findings, notes)
     res.kv_capacity = kv.to_dict() if kv is not None else None
     res.nccl_diag = an.nccl_diag.to_dict() if an.nccl_diag.seen else None
+    _refuse_truncated_all_clear(res)
     return res
 
 
@@ -358,6 +359,19 @@ def _unrelated(an: LogAnalysis) -> bool:
     return (an.global_tracker.stage is None and not an.vs.config and not an.vs.versions
             and not an.signals and not an.failures and not an.described.symptoms
             and not an.served and an.progressing_verdict() is None)
+
+
+def _refuse_truncated_all_clear(res: DiagnoseResult) -> None:
+    """A truncated or corrupt archive whose readable part records no failure is not an
+    all-clear: the part cut off may hold it (issue 23 item 6). Exit 2, the cut named."""
+    if res.state not in ("healthy", "no-evidence"):
+        return
+    cut = next((n for n in res.notes if "archive is truncated or corrupt" in n), None)
+    if cut is not None:
+        raise UserError(f"{cut}; the readable part records no failure, which is not an all-clear "
+                        "for a cut archive",
+                        hint="copy the bundle again (or diagnose its directory); the verdict "
+                             "needs the whole archive")
 
 
 def _model_config(path: str | Path) -> dict[str, Any]:

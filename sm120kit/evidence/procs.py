@@ -1,20 +1,18 @@
-"""Finding and labelling vLLM (and sm120kit warmup) processes; stopping *our own* child trees.
+"""Finding and labelling vLLM (and sm120kit warmup) processes.
 
 Labels come from the process title that vLLM sets with setproctitle (``VLLM::Worker_TP3_DCP3``,
 ``VLLM::EngineCore``, ``VLLM::EngineCore_DP0``, ``VLLM::APIServer_0``), from our warmup ranks
 (``sm120kit::warmup_DCP{r}``) and from the command line (``vllm serve`` → ``api-server``).
 
-Only :func:`stop_tree` sends signals, and only to processes recorded as started by us (a
-:class:`Proc` with a matching ``create_time``, so a recycled pid is never hit).
+Nothing here sends signals: :func:`sm120kit.services.proctree.stop_tree` does, and only to
+processes recorded as started by us (a :class:`Proc` with a matching ``create_time``, so a
+recycled pid is never hit).
 """
 
 from __future__ import annotations
 
 import os
 import re
-import signal
-import time
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -222,54 +220,3 @@ def alive(proc: Proc) -> bool:
         return p.status() != psutil.STATUS_ZOMBIE
     except (psutil.Error, OSError):
         return False
-
-
-def _signal(procs: Iterable[Proc], sig: int) -> None:
-    for pr in procs:
-        if not alive(pr):
-            continue
-        try:
-            os.kill(pr.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-
-def stop_tree(
-    procs: list[Proc],
-    *,
-    pgid: int | None = None,
-    int_timeout: float = 10.0,
-    term_timeout: float = 5.0,
-    on_step: Any = None,
-) -> list[dict[str, Any]]:
-    """Stop processes *we started*: SIGINT, then SIGTERM, then SIGKILL, each with a timeout.
-
-    ``pgid`` (the session/process group of our child) is signalled too, so late-born
-    grandchildren are covered; every pid is checked against its recorded start time first.
-    Returns the steps taken (signal, pids still alive before it).
-    """
-    steps: list[dict[str, Any]] = []
-    for sig, wait_s in (
-        (signal.SIGINT, int_timeout),
-        (signal.SIGTERM, term_timeout),
-        (signal.SIGKILL, 5.0),
-    ):
-        left = [p for p in procs if alive(p)]
-        if not left:
-            break
-        steps.append({"signal": signal.Signals(sig).name, "pids": [p.pid for p in left]})
-        if on_step is not None:
-            try:
-                on_step(signal.Signals(sig).name, left)
-            except Exception:
-                pass  # reporting must never prevent the stop
-        if pgid is not None:
-            try:
-                os.killpg(pgid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
-        _signal(left, sig)
-        end = time.monotonic() + wait_s
-        while time.monotonic() < end and any(alive(p) for p in left):
-            time.sleep(0.05)
-    return steps

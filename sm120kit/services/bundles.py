@@ -44,6 +44,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from sm120kit.errors import UserError
 from sm120kit.evidence.redact import Redactor
 
 DEFAULT_CAP = 4 * 1024 * 1024  # bytes per file
@@ -112,7 +113,7 @@ class Bundle:
     ) -> Bundle:
         redactor = redactor or Redactor()
         host = redactor.host_alias(socket.gethostname() or "host")
-        out_dir.mkdir(parents=True, exist_ok=True)
+        _make_out_dir(out_dir)
         base = bundle_name(host, t)
         root = out_dir / base
         n = 1
@@ -220,3 +221,18 @@ class Bundle:
                         continue
         os.replace(tmp, self.tarball)
         return self.tarball
+
+
+def _make_out_dir(out_dir: Path) -> None:
+    """``-o``: create it; a regular file in the way (``-o afile/sub``) or no permission is one
+    error line (exit 2), before anything is started."""
+    blocker = next((p for p in [out_dir, *out_dir.parents] if p.exists()), None)
+    if blocker is not None and not blocker.is_dir():
+        raise UserError(f"-o {out_dir}: {blocker} is a file, not a directory",
+                        hint="choose an output directory whose parents are directories")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"-o {out_dir}: cannot create the output directory "
+                        f"({exc.strerror or exc})",
+                        hint="choose a writable output directory") from None

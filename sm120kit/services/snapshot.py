@@ -156,33 +156,35 @@ def _stack_targets(procs: list[Proc], opts: Options) -> list[Proc]:
     return pr[: opts.max_stack_procs]
 
 
-def _collect_stacks(  # noqa: C901  (to split: one branch per stack source/fallback (issue 15))
-    bundle: Bundle, procs: list[Proc], opts: Options, ctx: CollectContext, rec: CollectorRecord,
-    runner: _Runner, out: dict[int, dict[str, Any]],
-) -> None:
-    if opts.stack_method == "none":
-        raise _Skip("disabled (--stacks none)")
-    targets = _stack_targets(procs, opts)
-    if not targets:
-        raise _Skip("no Python processes to sample")
-    exe = stacks.py_spy_path()
-    use_pyspy = opts.stack_method in ("auto", "py-spy") and exe is not None
-    notes: list[str] = []
-    if opts.stack_method in ("auto", "py-spy") and exe is None:
-        notes.append("py-spy is not installed (a dependency of sm120kit): pip install py-spy")
-    labels = {p.pid: p.label for p in procs}
-    can_fh = ctx.fh_dir is not None
+class _StackRun:
+    """One stack collection: two plain rounds over every target (busy vs blocked), then an
+    optional ``--native`` round within its budget; the analysis and the collector record."""
 
-    def sample(p: Proc, native: bool) -> stacks.Sample:
+    def __init__(self, bundle: Bundle, procs: list[Proc], opts: Options, ctx: CollectContext,
+                 runner: _Runner) -> None:
+        self.bundle, self.opts, self.ctx, self.runner = bundle, opts, ctx, runner
+        self.exe = stacks.py_spy_path()
+        self.use_pyspy = opts.stack_method in ("auto", "py-spy") and self.exe is not None
+        self.notes: list[str] = []
+        if opts.stack_method in ("auto", "py-spy") and self.exe is None:
+            self.notes.append("py-spy is not installed (a dependency of sm120kit): "
+                              "pip install py-spy")
+        self.labels = {p.pid: p.label for p in procs}
+        self.can_fh = ctx.fh_dir is not None
+
+    def sample(self, p: Proc, native: bool) -> stacks.Sample:
+        """py-spy, else faulthandler for a child of ours, else a record of why none."""
         s: stacks.Sample | None = None
-        if use_pyspy:
-            s = stacks.py_spy_dump(p.pid, native=native,
-                                   timeout=min(opts.pyspy_timeout_s, max(0.5, runner.left())))
+        if self.use_pyspy:
+            s = stacks.py_spy_dump(p.pid, native=native, timeout=min(
+                self.opts.pyspy_timeout_s, max(0.5, self.runner.left())))
             if s.ok or s.error_kind not in ("permission", "missing", "timeout", "other"):
                 return s
-        if can_fh and p.pid in ctx.own_pids and alive(p) and opts.stack_method != "py-spy":
-            assert ctx.fh_dir is not None
-            fh = stacks.faulthandler_dump(p.pid, ctx.fh_dir, timeout=min(3.0, runner.left()))
+        if (self.can_fh and p.pid in self.ctx.own_pids and alive(p)
+                and self.opts.stack_method != "py-spy"):
+            assert self.ctx.fh_dir is not None
+            fh = stacks.faulthandler_dump(p.pid, self.ctx.fh_dir,
+                                          timeout=min(3.0, self.runner.left()))
             if fh.ok or s is None:
                 if s is not None and not s.ok:
                     fh.error = f"py-spy failed ({s.error}); used faulthandler"
@@ -193,8 +195,9 @@ def _collect_stacks(  # noqa: C901  (to split: one branch per stack source/fallb
                               error_kind="missing")
         return s
 
-    def round_(suffix: str, native: bool, which: list[Proc], limit: int | None = None,
-               fn: Any = None) -> dict[int, stacks.Sample]:
+    def round(self, suffix: str, native: bool, which: list[Proc], limit: int | None = None,
+              fn: Any = None) -> dict[int, stacks.Sample]:
+        """Sample ``which`` in parallel threads within the deadline; write each sample."""
         res: dict[int, stacks.Sample] = {}
         todo = list(which)
         lock = threading.Lock()
@@ -202,10 +205,10 @@ def _collect_stacks(  # noqa: C901  (to split: one branch per stack source/fallb
         def worker() -> None:
             while True:
                 with lock:
-                    if not todo or runner.left() <= 0.3:
+                    if not todo or self.runner.left() <= 0.3:
                         return
                     p = todo.pop(0)
-                got = (fn or sample)(p, native)
+                got = (fn or self.sample)(p, native)
                 if got is not None:
                     res[p.pid] = got
 
@@ -214,74 +217,97 @@ def _collect_stacks(  # noqa: C901  (to split: one branch per stack source/fallb
         for th in ths:
             th.start()
         for th in ths:
-            th.join(max(0.0, runner.left()))
+            th.join(max(0.0, self.runner.left()))
         for p in which:
             s = res.get(p.pid)
-            if s is None:
-                continue
-            bundle.write_json(f"stacks/{p.pid}{suffix}.json", {"label": labels.get(p.pid),
-                              **s.to_dict()})
-            bundle.write_text(f"stacks/{p.pid}{suffix}.txt",
-                              stacks.render_text(s, labels.get(p.pid, "")))
+            if s is not None:
+                label = self.labels.get(p.pid)
+                self.bundle.write_json(f"stacks/{p.pid}{suffix}.json", {"label": label,
+                                                                        **s.to_dict()})
+                self.bundle.write_text(f"stacks/{p.pid}{suffix}.txt",
+                                       stacks.render_text(s, label or ""))
         return res
 
-    # Two plain samples (~10-100 ms each, all processes in parallel) tell busy from blocked;
-    # the --native round (seconds per torch process: py-spy reads libtorch's symbols) comes
-    # after them, so it cannot distort the comparison, bounded by the deadline.
-    first = round_("", False, targets)
-    perm = [s for s in first.values() if s.error_kind == "permission"]
-    if perm:
-        facts = stacks.ptrace_facts()
-        notes.append(
-            f"py-spy was refused ptrace on {len(perm)} process(es): {perm[0].error}. To fix: "
-            + stacks.ptrace_advice(facts)
-        )
-    wait = min(opts.sample_gap_s, max(0.0, runner.left() - 2.0))
-    if wait > 0:
-        time.sleep(wait)
-    second = round_(".2", False, targets) if runner.left() > 0.5 else {}
-    native: dict[int, stacks.Sample] = {}
-    nat_targets = [p for p in targets if first.get(p.pid) is not None
-                   and first[p.pid].method.startswith("py-spy") and first[p.pid].ok]
-    if opts.native and use_pyspy and nat_targets and runner.left() > 3.0:
-        # one process per distinct Python stack first (the odd rank and one of the crowd), then
-        # the rest, within a time budget: --native reads each process's libtorch symbols
+    def native_round(self, targets: list[Proc], first: dict[int, stacks.Sample]
+                     ) -> dict[int, stacks.Sample]:
+        """One process per distinct Python stack first (the odd rank and one of the crowd),
+        then the rest, within a time budget: --native reads each process's libtorch symbols."""
+        opts = self.opts
+        nat_targets = [p for p in targets if first.get(p.pid) is not None
+                       and first[p.pid].method.startswith("py-spy") and first[p.pid].ok]
+        if not (opts.native and self.use_pyspy and nat_targets and self.runner.left() > 3.0):
+            return {}
         groups: dict[Any, list[Proc]] = {}
         for p in nat_targets:
             groups.setdefault(stacks.signature(first[p.pid]), []).append(p)
         ordered = [g[0] for g in groups.values()] + [p for g in groups.values() for p in g[1:]]
-        nat_end = time.monotonic() + min(opts.native_budget_s, runner.left() - 1.0)
+        nat_end = time.monotonic() + min(opts.native_budget_s, self.runner.left() - 1.0)
 
         def native_one(p: Proc, _n: bool) -> stacks.Sample | None:
             left = nat_end - time.monotonic()
             if left < 0.5:
                 return None  # budget used up: counted as skipped below
-            return stacks.py_spy_dump(p.pid, native=True, timeout=min(opts.native_timeout_s, left),
-                                      retry_plain=False)
+            return stacks.py_spy_dump(p.pid, native=True,
+                                      timeout=min(opts.native_timeout_s, left), retry_plain=False)
 
-        native = round_(".native", True, ordered, limit=max(1, os.cpu_count() or 1),
-                        fn=native_one)
+        native = self.round(".native", True, ordered, limit=max(1, os.cpu_count() or 1),
+                            fn=native_one)
         failed = [s for s in native.values() if not s.ok]
         if failed:
-            notes.append(f"py-spy --native failed or timed out on {len(failed)} process(es) "
-                         f"({failed[0].error}); Python stacks are complete without it")
+            self.notes.append(f"py-spy --native failed or timed out on {len(failed)} "
+                              f"process(es) ({failed[0].error}); Python stacks are complete "
+                              "without it")
         missing = len(nat_targets) - len(native)
         if missing > 0:
-            notes.append(f"--native skipped for {missing} process(es): its {opts.native_budget_s:.0f}s"
-                         " budget was used up (one process per distinct stack went first)")
+            self.notes.append(f"--native skipped for {missing} process(es): its "
+                              f"{opts.native_budget_s:.0f}s budget was used up (one process "
+                              "per distinct stack went first)")
+        return native
+
+    def samples(self, targets: list[Proc]) -> tuple[dict[int, stacks.Sample], ...]:
+        """Two plain samples (~10-100 ms each, all processes in parallel) tell busy from
+        blocked; the --native round comes after them, so it cannot distort the comparison."""
+        first = self.round("", False, targets)
+        perm = [s for s in first.values() if s.error_kind == "permission"]
+        if perm:
+            self.notes.append(f"py-spy was refused ptrace on {len(perm)} process(es): "
+                              f"{perm[0].error}. To fix: "
+                              + stacks.ptrace_advice(stacks.ptrace_facts()))
+        wait = min(self.opts.sample_gap_s, max(0.0, self.runner.left() - 2.0))
+        if wait > 0:
+            time.sleep(wait)
+        second = self.round(".2", False, targets) if self.runner.left() > 0.5 else {}
+        return first, second, self.native_round(targets, first)
+
+
+def _stack_analysis(p: Proc, s1: stacks.Sample, s2: stacks.Sample | None,
+                    nat: stacks.Sample | None) -> dict[str, Any]:
+    a = stacks.compare(s1, s2)
+    a.update({"label": p.label, "role": p.role, "rank": p.rank, "method": s1.method})
+    if nat is not None and nat.ok:
+        w = stacks.where(nat)
+        if w.get("native_top"):
+            a["native_top"] = w["native_top"]
+        a["native_frames"] = stacks.native_summary(nat)
+    return a
+
+
+def _collect_stacks(
+    bundle: Bundle, procs: list[Proc], opts: Options, ctx: CollectContext, rec: CollectorRecord,
+    runner: _Runner, out: dict[int, dict[str, Any]],
+) -> None:
+    if opts.stack_method == "none":
+        raise _Skip("disabled (--stacks none)")
+    targets = _stack_targets(procs, opts)
+    if not targets:
+        raise _Skip("no Python processes to sample")
+    run = _StackRun(bundle, procs, opts, ctx, runner)
+    first, second, native = run.samples(targets)
     for p in targets:
         s1 = first.get(p.pid)
-        if s1 is None:
-            continue
-        a = stacks.compare(s1, second.get(p.pid))
-        a.update({"label": p.label, "role": p.role, "rank": p.rank, "method": s1.method})
-        nat = native.get(p.pid)
-        if nat is not None and nat.ok:
-            w = stacks.where(nat)
-            if w.get("native_top"):
-                a["native_top"] = w["native_top"]
-            a["native_frames"] = stacks.native_summary(nat)
-        out[p.pid] = a
+        if s1 is not None:
+            out[p.pid] = _stack_analysis(p, s1, second.get(p.pid), native.get(p.pid))
+    notes = run.notes
     bundle.write_json("stacks/analysis.json", {"processes": out, "notes": notes})
     ok = sum(1 for s in first.values() if s.ok)
     rec.detail = f"{ok}/{len(targets)} processes sampled; methods: " + ", ".join(

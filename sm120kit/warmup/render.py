@@ -176,7 +176,7 @@ class LiveProgress:
                 str(s.pid or "-"),
                 s.phase or "-",
                 s.describe(now),
-                f"{now - s.last_progress:.1f}",
+                f"{s.quiet_s:.1f}",
             )
         self.live.update(t)
 

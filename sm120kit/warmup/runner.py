@@ -26,7 +26,6 @@ import json
 import os
 import select
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -39,7 +38,9 @@ from pathlib import Path
 from typing import Any
 
 from sm120kit.errors import UserError
+from sm120kit.services.proctree import KILL_NOW, SupervisedChild
 from sm120kit.services.snapshot import BundleHooks, CollectContext, Options, collect_processes
+from sm120kit.services.watchdog import Watchdog
 from sm120kit.warmup.config import RunConfig
 from sm120kit.warmup.fi_backend import check_flashinfer_backend
 from sm120kit.warmup.launcher import TORCH_MISSING_EXIT, TORCH_MISSING_TAG
@@ -55,7 +56,7 @@ class RankState:
     pid: int | None = None
     phase: str | None = None
     collective: str | None = None  # inside this collective (entered, not yet left)
-    last_progress: float = field(default_factory=time.monotonic)
+    quiet_s: float = 0.0  # since its last progress message (the watchdog's clock), for display
     started: float = field(default_factory=time.monotonic)
     done: bool = False
     error: str | None = None
@@ -179,6 +180,8 @@ class WarmupSupervisor:
         self.on_update = on_update
         self.on_log = on_log
         self.states = [RankState(r) for r in range(cfg.dcp)]
+        self.child = SupervisedChild()
+        self.watchdog = Watchdog()  # one channel per rank: its last progress message
         self.proc: subprocess.Popen[bytes] | None = None
         self.tmp = Path(tempfile.mkdtemp(prefix="sm120kit-warmup-"))
         self.read_fd: int | None = None
@@ -204,14 +207,9 @@ class WarmupSupervisor:
         env = dict(os.environ)
         env.setdefault("PYTHONWARNINGS", "ignore::UserWarning")
         try:
-            self.proc = subprocess.Popen(
+            self.proc = self.child.start(
                 [sys.executable, "-m", "sm120kit.warmup.launcher", str(spec_path)],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                pass_fds=(w,),
-                start_new_session=True,
-                env=env,
+                env=env, stdout=log, stderr=subprocess.STDOUT, pass_fds=(w,), close_fds=True,
             )
         finally:
             os.close(w)
@@ -221,26 +219,12 @@ class WarmupSupervisor:
         return [s.pid for s in self.states if s.pid is not None]
 
     def kill_all(self) -> None:
-        """SIGKILL the launcher's process group, then any rank pid still alive; reap."""
-        if self.proc is not None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        for pid in self.rank_pids():
-            if _alive(pid):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-        if self.proc is not None:
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
-        deadline = time.monotonic() + 5
-        while any(_alive(p) for p in self.rank_pids()) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        """SIGKILL the launcher's process group and every recorded rank (the one process-tree
+        stop, :func:`sm120kit.services.proctree.stop_tree`); reap."""
+        for s in self.states:
+            if s.pid is not None:
+                self.child.add(s.pid, f"Warmup_DCP{s.rank}")
+        self.child.stop(KILL_NOW, reap_s=10)
 
     def cleanup(self) -> None:
         self.kill_all()
@@ -284,12 +268,11 @@ class WarmupSupervisor:
         st = self.states[int(m["r"])]
         st.pid = int(m["pid"])
         kind = m["k"]
-        now = time.monotonic()
         if kind == "log":
             if self.on_log:
                 self.on_log(st.rank, st.pid, str(m.get("text", "")))
             return
-        st.last_progress = now
+        self.watchdog.touch(f"rank{st.rank}")
         if kind == "start":
             st.phase = "init"
         elif kind == "phase":
@@ -310,7 +293,7 @@ class WarmupSupervisor:
     # ------------------------------------------------------------ watchdog
     def stall_report(self, now: float) -> StallReport:
         live = [s for s in self.states if not s.done]
-        silent = now - max(s.last_progress for s in live)
+        silent = self.watchdog.quiet(now, [f"rank{s.rank}" for s in live])
         suspects = [s.rank for s in live if s.collective is None]
         colls = sorted({s.collective for s in live if s.collective})
         rows = [
@@ -320,7 +303,7 @@ class WarmupSupervisor:
                 "phase": s.phase,
                 "collective": s.collective,
                 "state": s.describe(now),
-                "silent_for_s": round(now - s.last_progress, 2),
+                "silent_for_s": round(self._quiet(s, now), 2),
             }
             for s in self.states
         ]
@@ -389,6 +372,8 @@ class WarmupSupervisor:
                 self._apply(m)
             now = time.monotonic()
             if self.on_update:
+                for s in self.states:
+                    s.quiet_s = self._quiet(s, now)
                 self.on_update(self.states)
             failure = self._reported_failure()
             if failure is not None:
@@ -397,20 +382,10 @@ class WarmupSupervisor:
                 results = [json.loads(Path(s.result_path or "").read_text()) for s in self.states]
                 return "ok", results
             if self.eof or self.proc.poll() is not None:
-                # drain what is left, then decide
-                for m in self._read(0.2):
-                    self._apply(m)
-                if all(s.done for s in self.states):
-                    continue
-                missing = [s for s in self.states if not s.done]
-                if any(s.error for s in missing):
-                    continue
-                s = missing[0]
-                why = "never started" if s.pid is None else f"exited in phase {s.phase}"
-                return "error", (
-                    s.rank,
-                    f"rank {s.rank} {why} without a result (launcher exit {self.proc.poll()})",
-                )
+                ended = self._after_launcher_exit()
+                if ended is not None:
+                    return ended
+                continue
             died = self._dead_rank(now)
             if died is not None:
                 return "error", (
@@ -419,8 +394,24 @@ class WarmupSupervisor:
                     "without an error report",
                 )
             live = [s for s in self.states if not s.done]
-            if live and all(now - s.last_progress > self._limit(s) for s in live):
+            if live and all(self._quiet(s, now) > self._limit(s) for s in live):
                 return "stall", self.stall_report(now)
+
+    def _after_launcher_exit(self) -> tuple[str, Any] | None:
+        """The launcher is gone: drain what is left, then decide. None means look again (every
+        rank finished, or a rank's error is reported on the next round)."""
+        assert self.proc is not None
+        for m in self._read(0.2):
+            self._apply(m)
+        missing = [s for s in self.states if not s.done]
+        if not missing or any(s.error for s in missing):
+            return None
+        s = missing[0]
+        why = "never started" if s.pid is None else f"exited in phase {s.phase}"
+        return "error", (
+            s.rank,
+            f"rank {s.rank} {why} without a result (launcher exit {self.proc.poll()})",
+        )
 
     def _reported_failure(self) -> tuple[int, str] | None:
         """(rank, message) for the first rank that reported an error; a peer that died without
@@ -459,6 +450,9 @@ class WarmupSupervisor:
             elif now - s.dead_since > 1.0:
                 return s
         return None
+
+    def _quiet(self, s: RankState, now: float) -> float:
+        return self.watchdog.quiet(now, [f"rank{s.rank}"])
 
     def _limit(self, s: RankState) -> float:
         """Silence allowed: ``stall_timeout``; before a rank's first message (interpreter and

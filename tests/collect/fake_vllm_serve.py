@@ -8,6 +8,10 @@ startup line) while doing real work of the kind a cold start does, in real proce
   shm_broadcast wait;
 * ``hang``: blocks with no output and no children;
 * ``spin``: burns a CPU in a Python loop with no output;
+* ``load-spin``: prints vLLM's "Starting to load model" line, then burns a CPU in one Python
+  frame with nothing else moving (a CUDA kernel that never returns, seen from the CPU side);
+* ``load-slow``: prints that line, then reads 8 MiB of ``--file`` at growing intervals
+  (``--gaps``), the last ones longer than the stall timeout, then becomes ready;
 * ``compile-timeout``: compiles, then prints vLLM 0.34's engine-ready TimeoutError (its
   ``core_client.py`` text) as a cold JIT past ``VLLM_ENGINE_READY_TIMEOUT_S`` does.
 
@@ -109,9 +113,28 @@ def read_weights(path: str, seconds: float, shm_every: float) -> None:
     print(f"read {total} bytes", file=sys.stderr, flush=True)
 
 
+def load_line(model: str) -> None:
+    say(f"[gpu_model_runner.py:2602] Starting to load model {model}...")
+
+
+def read_at(path: str, gaps: list[float]) -> None:
+    with open(path, "rb", buffering=0) as fh:
+        for g in gaps:
+            time.sleep(g)
+            fh.read(8 << 20)
+
+
+def spin() -> None:
+    x = 0
+    while True:
+        x = (x * 31 + 7) % 1000003
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["compile", "weights", "hang", "spin", "compile-timeout"])
+    ap.add_argument("mode", choices=["compile", "weights", "hang", "spin", "compile-timeout",
+                                     "load-spin", "load-slow"])
+    ap.add_argument("--gaps", default="0.5,0.5,0.5,1,1,2,3,4.5,4.5")
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--shm-every", type=float, default=1.0)
     ap.add_argument("--file")
@@ -120,6 +143,8 @@ def main() -> int:
     ap.add_argument("--decode-context-parallel-size", dest="dcp", type=int, default=1)
     a = ap.parse_args()
     startup(a.model, a.dcp)
+    if a.mode.startswith("load-"):
+        load_line(a.model)
     if a.mark:
         with open(a.mark, "w") as fh:
             fh.write(repr(time.time()))
@@ -137,10 +162,10 @@ def main() -> int:
         read_weights(a.file, a.seconds, a.shm_every)
     elif a.mode == "hang":
         time.sleep(3600)
+    elif a.mode == "load-slow":
+        read_at(a.file, [float(g) for g in a.gaps.split(",")])
     else:
-        x = 0
-        while True:
-            x = (x * 31 + 7) % 1000003
+        spin()
     ready()
     time.sleep(3600)
     return 0

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from sm120kit.services.launchenv import diagnostic_env
 from sm120kit.services.snapshot import FR_TIMEOUT_WAIT_S, CollectContext, Options, _fr_wait
-from sm120kit.services.supervision import diagnostic_env
 
 WATCHDOG = (
     "[rank0]:[E1202 17:55:46.981170449 ProcessGroupNCCL.cpp:689] [Rank 0] Watchdog caught "

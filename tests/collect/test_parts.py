@@ -19,12 +19,8 @@ import pytest
 
 from sm120kit.evidence import flight, ras, stacks
 from sm120kit.services.bundles import Bundle, CollectorRecord
-from sm120kit.services.supervision import (
-    diagnostic_env,
-    is_vllm_serve,
-    source_of,
-    vllm_supports_watchdog,
-)
+from sm120kit.services.capture import source_of
+from sm120kit.services.launchenv import diagnostic_env, is_vllm_serve, vllm_supports_watchdog
 from tests.support import releases
 
 

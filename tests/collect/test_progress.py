@@ -88,9 +88,13 @@ def test_reading_weights_is_not_a_stall(tmp_path: Path) -> None:
     weights = tmp_path / "model-00001-of-00064.safetensors"
     with open(weights, "wb") as fh:
         fh.truncate(8 << 30)  # sparse: 8 GiB of holes, no disk used
-    secs = 4 * STALL
-    rc, res, err = _collect(tmp_path, "--until-ready", "--", sys.executable, str(FAKE),
-                            "weights", "--seconds", str(secs), "--file", str(weights))
+    # reads never stop, so the allowed quiet stays near --stall-timeout (the weight-load patience
+    # is for slow channels): 5 s keeps a starved sampler on 2 busy cores from looking quiet
+    stall = 5.0
+    secs = 3 * stall
+    rc, res, err = _collect(tmp_path, "--stall-timeout", str(stall), "--until-ready", "--",
+                            sys.executable, str(FAKE), "weights", "--seconds", str(secs),
+                            "--file", str(weights))
     assert rc == 0 and res["outcome"] == "ready", (res["reason"], err[-2000:])
     assert res["progress"]["io_read_bytes"] > 1 << 30
     assert "loading weights:" in err and "GB read" in err
@@ -119,6 +123,36 @@ def test_spinning_cpu_is_caught(tmp_path: Path) -> None:
     assert latency < STALL + 5, latency
     prog = json.loads(read_tarball(only_bundle(tmp_path / "out"))["progress.json"])
     assert prog["moved_last"] == "cpu"
+
+
+def test_hang_inside_weight_load_is_caught_within_timeout(tmp_path: Path) -> None:
+    """Issue 23 item 1: the model-load line, then one frame busy forever (the CPU side of a CUDA
+    kernel that never returns): no bytes read, no births, the same py-spy frames. The phase's
+    patience (30 min) does not apply when no progress channel moves: stalled within
+    stall-timeout + 5 s."""
+    mark = tmp_path / "mark"
+    rc, res, err = _collect(tmp_path, "--", sys.executable, str(FAKE), "load-spin", "--mark",
+                            str(mark))
+    assert rc == 1 and res["outcome"] == "stalled", (res["reason"], err[-2000:])
+    assert res["current_phase"] == "model-load", res["timeline"]
+    latency = res["detected_at"] - float(mark.read_text())
+    assert latency < STALL + 5, latency
+    assert "inside weight-load" in res["reason"], res["reason"]
+    assert "loading weights:" in err and "patience 30 min" in err
+
+
+@pytest.mark.slow  # 18 s of a slow weight load on purpose
+def test_slowly_moving_weight_load_keeps_its_patience(tmp_path: Path) -> None:
+    """The other half of item 1: bytes read at growing intervals, the last ones (4.5 s) longer
+    than the stall timeout (3 s): a channel moving slowly keeps the phase's patience (the
+    allowed quiet is three times the longest recent gap), and the launch becomes ready."""
+    weights = tmp_path / "model-00001-of-00064.safetensors"
+    with open(weights, "wb") as fh:
+        fh.truncate(1 << 30)
+    rc, res, err = _collect(tmp_path, "--until-ready", "--", sys.executable, str(FAKE),
+                            "load-slow", "--file", str(weights))
+    assert rc == 0 and res["outcome"] == "ready", (res["reason"], err[-2000:])
+    assert res["seconds"] > 17
 
 
 def test_interrupted_child_output_stays_out_of_the_terminal(tmp_path: Path) -> None:

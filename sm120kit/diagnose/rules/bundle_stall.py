@@ -40,6 +40,8 @@ def check(ctx: RuleContext) -> list[Finding]:
         w in reason for w in ("stall", "no output", "no progress", "hang", "died", "exited with"))
     if not stalled:
         return []
+    if kind == "exit":
+        return [_exited(reason, tl)]
     ev: list[Evidence] = []
     ranks: list[int] = []
     suspects = [int(r) for r in stall.get("suspects") or [] if isinstance(r, int)]
@@ -95,6 +97,17 @@ def check(ctx: RuleContext) -> list[Finding]:
         f"the bundle was written because the run stalled: {what}", ev, ranks=ranks,
         category=cat, phase=fp, role="position",
         tier="disagreement" if cat != "unknown" else "config")]
+
+
+def _exited(reason: str, tl: dict[str, Any]) -> Finding:
+    """The command exited by itself (a non-zero code): an exit, not a stall; no stack advice."""
+    code = tl.get("exit_code")
+    return RULE.finding(
+        0.6, f"the bundle was written because the command exited with code {code}, not because "
+        "it stalled", [Evidence("timeline.json", 0, f"reason: {reason} (stall kind exit)")],
+        category="unknown", role="position", tier="config",
+        fix="Read the command's last output (logs/child.log and logs/by-source/): its exit "
+            "code and last lines say why it stopped; nothing was hung, so no stacks are needed.")
 
 
 RULE = Rule(

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 from typing import Any
@@ -15,6 +13,7 @@ from sm120kit.doctor.registry import check
 from sm120kit.evidence.logs.nccl_diag import NcclDiag
 from sm120kit.facts import host, kernlog
 from sm120kit.facts.packages import package_dir
+from sm120kit.services.proctree import stop_pids
 
 REDIRECT_BITS = {"ReqRedir", "CmpltRedir", "UpstreamFwd", "EgressCtrl"}
 
@@ -104,10 +103,7 @@ def p2p_smoke(ctx: DoctorContext) -> Outcome:
     try:
         out, err = proc.communicate(timeout=limit)
     except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except OSError:
-            pass
+        stop_pids([proc.pid], pgid=proc.pid)  # the one process-tree stop (SIGKILL, no grace)
         proc.communicate()
         return fail(f"P2P/NCCL smoke test hung for {limit:g} s: the 'P2P OK but hangs' case",
                     "check IOMMU (iommu=pt), ACS (doctor --deep as root), uvm_disable_hmm; "

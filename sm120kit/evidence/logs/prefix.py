@@ -8,7 +8,8 @@ Recognised (any of them may follow a ``docker logs --timestamps`` RFC 3339 stamp
   ``(EngineCore pid=1)``, ``(APIServer pid=1)``, ``(ApiServer_0 pid=1)``; several glued together
   (``(Worker pid=352) (Worker pid=350) INFO ...``): the last one owns the message.
 * NCCL: ``host:pid:tid [dev] NCCL INFO|WARN|TRACE ...`` (optionally ``[timestamp] `` first).
-* torch C++: ``[rank3]:[E1012 22:31:22.267 ProcessGroupNCCL.cpp:607] ...``.
+* torch C++: ``[rank3]:[E1012 22:31:22.267 ProcessGroupNCCL.cpp:607] ...``, also without the
+  rank prefix (``[E720 10:11:10.123 ...]``), and glog's ``E0720 10:11:10.123456 42 f.cc:1] ...``.
 * vLLM level/time/location: ``INFO 05-15 05:34:09 [gpu_worker.py:123]`` and the V0 form
   ``INFO 10-30 11:56:48 multiproc_worker_utils.py:123]``.
 """
@@ -32,7 +33,11 @@ _LEVEL = re.compile(
     r"(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) +(?P<ts>\d\d-\d\d \d\d:\d\d:\d\d)"
     r"(?:[.,]\d+)? +\[?(?P<loc>[\w./<>-]+?(?::\d+)?)\] ?"
 )
-_GLOG = re.compile(r"\[(?P<sev>[IWEF])(?P<mon>\d\d)(?P<day>\d\d) (?P<h>\d\d):(?P<m>\d\d):(?P<s>\d\d)")
+# torch's c10 logging: ``[E720 10:11:10.123 ...]`` (month not zero-padded), glog proper:
+# ``E0720 10:11:10.123456 4242 file.cc:12] ...`` (``[`` optional: torch and glog both)
+_GLOG = re.compile(r"\[?(?P<sev>[IWEF])(?P<mon>\d{1,2})(?P<day>\d\d) (?P<h>\d\d):(?P<m>\d\d):"
+                   r"(?P<s>\d\d)(?:\.\d+)?[ \]]")
+_SEV = {"I": "INFO", "W": "WARNING", "E": "ERROR", "F": "CRITICAL"}
 _WORKER_PARTS = re.compile(r"_(DP|PP|PCP|TP|DCP|EP)(\d+)")
 
 
@@ -139,7 +144,7 @@ def attribute(line: str) -> Origin:
         g = _GLOG.match(rest)
         lvl = None
         if g:
-            lvl = {"I": "INFO", "W": "WARNING", "E": "ERROR", "F": "CRITICAL"}[g.group("sev")]
+            lvl = _SEV[g.group("sev")]
             t = _t(g.group("mon"), g.group("day"), g.group("h"), g.group("m"), g.group("s"))
         return Origin(
             name=name, pid=pid, rank=int(tm.group("rank")), ip=ip, kind="torch", level=lvl, t=t,
@@ -152,6 +157,13 @@ def attribute(line: str) -> Origin:
             name=name, pid=pid, rank=rank, ip=ip, kind="vllm",
             level="WARNING" if lvl == "WARN" else lvl, t=_ts(ts), loc=loc,
             message=line[lm.end():],
+        )
+    g = _GLOG.match(line, pos) if line[pos:pos + 1] in ("[", "I", "W", "E", "F") else None
+    if g:  # a torch/glog line without a rank prefix: its own time, not the previous line's
+        return Origin(
+            name=name, pid=pid, rank=rank, ip=ip, kind="torch", level=_SEV[g.group("sev")],
+            t=_t(g.group("mon"), g.group("day"), g.group("h"), g.group("m"), g.group("s")),
+            message=line[pos:],
         )
     return Origin(
         name=name, pid=pid, rank=rank, ip=ip, kind="vllm" if name else "plain", t=t,
