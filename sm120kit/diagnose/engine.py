@@ -289,36 +289,7 @@ def diagnose(paths: list[Path | str], *, config: str | Path | None = None,
             raise UserError(f"{p}: no such file or directory",
                             hint="pass a log file, a directory of logs or a collect bundle")
         if p.is_dir() or (p.is_file() and looks_like_tar(p) and not _is_plain_gz_log(p)):
-            with BundleReader(p) as br:
-                notes += [f"{p.name}: {n}" for n in br.notes]
-                bundle = br.is_bundle()
-                kinds.add("bundle" if bundle else "logs")
-                if bundle:
-                    facts = load_bundle_facts(br)
-                    tl = facts.timeline or {}
-                    if tl.get("reason"):
-                        notes.append(f"{p.name}: collect snapshot reason: {tl.get('reason')} "
-                                     f"(stall kind {tl.get('stall_kind')}, phase "
-                                     f"{tl.get('current_phase')})")
-                    bad = [c for c in facts.collectors
-                           if c.get("status") in ("error", "timeout")]
-                    for c in bad[:6]:
-                        notes.append(f"{p.name}: collector {c.get('name')} {c.get('status')}: "
-                                     f"{str(c.get('error'))[:160]}")
-                    notes += [f"{p.name}: {n}" for n in br.notes if f"{p.name}: {n}" not in notes]
-                members = br.log_members()
-                for name in members:
-                    try:
-                        fh = br.open(name)
-                    except READ_ERRORS as exc:
-                        notes.append(f"{name}: unreadable ({exc})")
-                        continue
-                    with fh:
-                        _feed(an, name, fh, notes)
-                if bundle and not any(n.startswith("logs/") for n in members):
-                    _feed_tails(an, br)
-                for folder in node_folders(br) if bundle else []:
-                    _feed_tails(an, br, folder + "/")
+            facts = _feed_archive(an, p, notes, kinds) or facts
         elif p.is_file():
             kinds.add("log")
             try:
@@ -352,6 +323,43 @@ def diagnose(paths: list[Path | str], *, config: str | Path | None = None,
     res.nccl_diag = an.nccl_diag.to_dict() if an.nccl_diag.seen else None
     _refuse_truncated_all_clear(res)
     return res
+
+
+def _feed_archive(an: LogAnalysis, p: Path, notes: list[str],
+                  kinds: set[str]) -> BundleFacts | None:
+    """Feed a directory or archive of logs; a collect bundle's facts when it is one."""
+    facts: BundleFacts | None = None
+    with BundleReader(p) as br:
+        notes += [f"{p.name}: {n}" for n in br.notes]
+        bundle = br.is_bundle()
+        kinds.add("bundle" if bundle else "logs")
+        if bundle:
+            facts = load_bundle_facts(br)
+            tl = facts.timeline or {}
+            if tl.get("reason"):
+                notes.append(f"{p.name}: collect snapshot reason: {tl.get('reason')} "
+                             f"(stall kind {tl.get('stall_kind')}, phase "
+                             f"{tl.get('current_phase')})")
+            bad = [c for c in facts.collectors
+                   if c.get("status") in ("error", "timeout")]
+            for c in bad[:6]:
+                notes.append(f"{p.name}: collector {c.get('name')} {c.get('status')}: "
+                             f"{str(c.get('error'))[:160]}")
+            notes += [f"{p.name}: {n}" for n in br.notes if f"{p.name}: {n}" not in notes]
+        members = br.log_members()
+        for name in members:
+            try:
+                fh = br.open(name)
+            except READ_ERRORS as exc:
+                notes.append(f"{name}: unreadable ({exc})")
+                continue
+            with fh:
+                _feed(an, name, fh, notes)
+        if bundle and not any(n.startswith("logs/") for n in members):
+            _feed_tails(an, br)
+        for folder in node_folders(br) if bundle else []:
+            _feed_tails(an, br, folder + "/")
+    return facts
 
 
 def _unrelated(an: LogAnalysis) -> bool:
