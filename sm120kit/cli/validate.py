@@ -6,6 +6,9 @@ systematic error, or unusable input / an unreachable server.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +39,11 @@ def _ints(value: str | None, name: str) -> list[int] | None:
 @click.option("--url", help="The DCP server, e.g. http://127.0.0.1:8000.")
 @click.option("--reference-url", help="A DCP-1 server of the same model, to compare against.")
 @click.option("--model", help="Served model name (default: the first one listed).")
+@click.option("--api-key", default=None, metavar="KEY",
+              help="Bearer key of the servers (vLLM --api-key) [env: VLLM_API_KEY, "
+                   "OPENAI_API_KEY]; launch mode uses the line's own --api-key.")
+@click.option("--reference-api-key", default=None, metavar="KEY",
+              help="Key of --reference-url when it differs from --api-key.")
 @click.option("--dcp", type=int, help="DCP size of the server (places the needles on each rank).")
 @click.option("--interleave", type=int, help="cp-kv-cache-interleave-size of the server [1].")
 @click.option("--block-size", type=int, help="KV block size of the server [64].")
@@ -55,7 +63,8 @@ def _ints(value: str | None, name: str) -> list[int] | None:
 @options.json_option
 @options.markdown_option
 @click.argument("launch", nargs=-1, type=click.UNPROCESSED)
-def validate_cmd(url: str | None, reference_url: str | None, model: str | None, dcp: int | None,
+def validate_cmd(url: str | None, reference_url: str | None, model: str | None,
+                 api_key: str | None, reference_api_key: str | None, dcp: int | None,
                  interleave: int | None, block_size: int | None, lengths: str | None,
                  prompt_lengths: str | None, max_tokens: int, top_logprobs: int, timeout: float,
                  out_dir: Path, ready_timeout: float, stall_timeout: float,
@@ -68,6 +77,35 @@ def validate_cmd(url: str | None, reference_url: str | None, model: str | None, 
     same line relaunched with DCP 1 unless --reference-url is given). Exit 0 pass, 1 suspicious,
     2 fail or bad input.
     """
+    with _json_errors(as_json):
+        return _validate(url, reference_url, model, api_key, reference_api_key, dcp, interleave,
+                         block_size, lengths, prompt_lengths, max_tokens, top_logprobs, timeout,
+                         out_dir, ready_timeout, stall_timeout, as_json, as_markdown, launch)
+
+
+@contextmanager
+def _json_errors(as_json: bool) -> Iterator[None]:
+    """With --json, one JSON object on stdout for every outcome: errors and Ctrl-C too (the
+    error line still goes to stderr). Self-contained: the shared CLI handler can replace it."""
+    try:
+        yield
+    except BaseException as exc:
+        if as_json:
+            status = "interrupted" if isinstance(exc, KeyboardInterrupt | click.Abort) else "error"
+            err: dict[str, Any] = {"type": type(exc).__name__,
+                                   "message": getattr(exc, "message", None) or str(exc)}
+            if isinstance(exc, UserError):
+                err["hint"] = exc.hint
+            dump_json("validate", {"status": status, "error": err})
+        raise
+
+
+def _validate(url: str | None, reference_url: str | None, model: str | None,
+              api_key: str | None, reference_api_key: str | None, dcp: int | None,
+              interleave: int | None, block_size: int | None, lengths: str | None,
+              prompt_lengths: str | None, max_tokens: int, top_logprobs: int, timeout: float,
+              out_dir: Path, ready_timeout: float, stall_timeout: float,
+              as_json: bool, as_markdown: bool, launch: tuple[str, ...]) -> int:
     argv = [a for a in launch]
     if argv and argv[0] == "--":
         argv = argv[1:]
@@ -82,7 +120,9 @@ def validate_cmd(url: str | None, reference_url: str | None, model: str | None, 
         url=url or "", reference_url=reference_url, model=model, dcp=dcp, interleave=interleave,
         block_size=block_size, lengths=_ints(lengths, "--lengths"),
         prompt_lengths=_ints(prompt_lengths, "--prompt-lengths"), max_tokens=max_tokens,
-        top_logprobs=top_logprobs, timeout=timeout)
+        top_logprobs=top_logprobs, timeout=timeout,
+        api_key=api_key or os.environ.get("VLLM_API_KEY") or os.environ.get("OPENAI_API_KEY"),
+        reference_api_key=reference_api_key)
     progress = None if (as_json or as_markdown) else _progress()
     if argv:
         settings = LaunchSettings(out_dir=out_dir, ready_timeout=ready_timeout,
@@ -197,7 +237,7 @@ def render_markdown(res: ValidateResult) -> str:
 
     out = [f"**sm120kit validate: {res.verdict.value}** — {cell(res.summary)}", ""]
     out += [f"- {cell(x)}" for x in _head_lines(res)]
-    out += ["", "| " + " | ".join(HEADS) + " |", "|" + "---|" * len(HEADS)]
+    out += ["", "| " + " | ".join(cell(h) for h in HEADS) + " |", "|" + "---|" * len(HEADS)]
     out += ["| " + " | ".join(cell(x) for x in _row(c)) + " |" for c in res.checks]
     why = [f"- **{cell(c.name)}** ({c.verdict.value}): {cell(r)}" for c in res.checks
            for r in c.reasons]

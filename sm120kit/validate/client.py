@@ -16,6 +16,8 @@ from typing import Any
 from sm120kit.errors import UserError
 
 INSTALL_HINT = "install the HTTP client: pip install 'sm120kit[validate]' (httpx)"
+CONNECT_TIMEOUT = 10.0  # seconds to open a TCP connection (a live host answers in milliseconds)
+KEY_HINT = "vLLM's --api-key (or VLLM_API_KEY) guards /v1/*: pass the same key to validate"
 
 
 @dataclass
@@ -47,7 +49,8 @@ class ServerClient:
     """A vLLM OpenAI-compatible server at ``url``; ``label`` names it in error messages."""
 
     def __init__(self, url: str, *, label: str = "server", timeout: float = 600.0,
-                 model: str | None = None) -> None:
+                 model: str | None = None, api_key: str | None = None,
+                 connect_timeout: float = CONNECT_TIMEOUT) -> None:
         try:
             import httpx
         except ImportError as exc:  # third-party, optional extra
@@ -58,7 +61,12 @@ class ServerClient:
         self.label = label
         self.timeout = timeout
         self.model = model
-        self._http = httpx.Client(base_url=self.url, timeout=httpx.Timeout(timeout, connect=10.0))
+        self.api_key = api_key or None
+        self.connect_timeout = connect_timeout
+        self.requests = 0  # requests sent (the cost said up front is checked against it)
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._http = httpx.Client(base_url=self.url, headers=headers,
+                                  timeout=httpx.Timeout(timeout, connect=connect_timeout))
 
     def close(self) -> None:
         self._http.close()
@@ -78,8 +86,15 @@ class ServerClient:
                 optional: bool = False) -> Any:
         """JSON answer of ``method path``; ``optional``: None on 404 instead of an error."""
         hx = self._httpx
+        self.requests += 1
         try:
             resp = self._http.request(method, path, json=body)
+        except hx.ConnectTimeout as exc:
+            raise UserError(
+                f"{self._where(path)}: no connection within {self.connect_timeout:g} s",
+                hint="is the host reachable (address, firewall, VPN)? --timeout does not change "
+                     "this: it is the read timeout of a connected request",
+            ) from exc
         except hx.TimeoutException as exc:
             raise UserError(
                 f"{self._where(path)}: no answer within {self.timeout:g} s ({type(exc).__name__})",
@@ -92,8 +107,11 @@ class ServerClient:
             raise UserError(f"{self._where(path)}: {type(exc).__name__}: {_short(str(exc))}") from exc
         if optional and resp.status_code == 404:
             return None
+        if resp.status_code == 401:
+            raise UserError(self.unauthorized(path), hint=KEY_HINT)
         if resp.status_code >= 400:
-            raise UserError(f"{self._where(path)}: HTTP {resp.status_code}: {_short(resp.text)}")
+            raise UserError(f"{self._where(path)}: HTTP {resp.status_code}: "
+                            f"{error_text(resp.text)}")
         if path == "/metrics":
             return resp.text
         try:
@@ -104,6 +122,14 @@ class ServerClient:
                 f"{self._where(path)}: answer is not JSON ({ctype}): {_short(resp.text, 60)!r}",
                 hint="is this URL an OpenAI-compatible server (vLLM `vllm serve`)?",
             ) from exc
+
+    def unauthorized(self, path: str) -> str:
+        """The one line for a 401: which server, and the option that fixes it."""
+        if self.api_key:
+            return (f"{self._where(path)}: HTTP 401 Unauthorized: the server rejects the API key "
+                    "given (--api-key / VLLM_API_KEY / OPENAI_API_KEY)")
+        return (f"{self._where(path)}: HTTP 401 Unauthorized: the server requires an API key; "
+                "pass it with --api-key (or set VLLM_API_KEY)")
 
     # --- endpoints -----------------------------------------------------------------------------
 
@@ -118,7 +144,8 @@ class ServerClient:
             named = [m for m in items if isinstance(m, dict) and m.get("id") == self.model]
             if not named:
                 ids = ", ".join(str(m.get("id")) for m in items if isinstance(m, dict))
-                raise UserError(f"{self.label} serves no model {self.model!r} (it serves: {ids})")
+                raise UserError(f"{self.label} {self.url} serves no model {self.model!r} "
+                                f"(it serves: {ids})", hint="pass one of them with --model")
             pick = named[0]
         if not isinstance(pick, dict) or not pick.get("id"):
             raise UserError(f"{self._where('/v1/models')}: model entry without an id")
@@ -168,6 +195,24 @@ class ServerClient:
         return text if isinstance(text, str) else None
 
 
+def error_text(body: str) -> str:
+    """vLLM's error body in full: ``{"error": {"message", "type", "param", "code"}}`` (also the
+    flat ``{"message", "type", ...}`` of older servers and the middleware's ``{"error": "..."}``);
+    any other body, shortened."""
+    try:
+        data = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return _short(body)
+    err = data.get("error", data) if isinstance(data, dict) else None
+    if isinstance(err, str):
+        return " ".join(err.split())
+    if not isinstance(err, dict) or not isinstance(err.get("message"), str):
+        return _short(body)
+    tags = [f"{k} {err[k]}" for k in ("type", "param") if err.get(k) not in (None, "")]
+    msg = " ".join(err["message"].split())
+    return f"{msg} ({', '.join(tags)})" if tags else msg
+
+
 def _index(choice: Any, default: int) -> int:
     i = choice.get("index") if isinstance(choice, dict) else None
     return i if isinstance(i, int) else default
@@ -182,8 +227,8 @@ def parse_completion(data: Any, where: str) -> Completion:
     lp = ch.get("logprobs")
     if not isinstance(lp, dict) or not isinstance(lp.get("token_logprobs"), list):
         raise UserError(f"{where}: answer carries no logprobs",
-                        hint="validate compares per-token logprobs; the server must return them "
-                             "(vLLM: do not set --max-logprobs 0)")
+                        hint="vLLM always returns the logprobs it is asked for (or answers 400): "
+                             "is this URL a vLLM OpenAI server, not a proxy that strips them?")
     tokens = [str(t) for t in lp.get("tokens") or []]
     values = [float("nan") if v is None else float(v) for v in lp["token_logprobs"]]
     top_raw = lp.get("top_logprobs") or []

@@ -13,6 +13,7 @@ from typing import Any
 from sm120kit.errors import UserError
 from sm120kit.validate.client import Completion, ServerClient
 from sm120kit.validate.compare import diff, judge_diff
+from sm120kit.validate.identity import check_options, refuse_same
 from sm120kit.validate.kv import kv_capacity
 from sm120kit.validate.model import (
     Check,
@@ -48,17 +49,28 @@ class ValidateOptions:
     seed: int = 0
     thresholds: Thresholds = field(default_factory=Thresholds)
     log_text: str | None = None  # the DCP server's launch log, when validate launched it
+    api_key: str | None = None  # Bearer token for --url (vLLM's --api-key)
+    reference_api_key: str | None = None  # for --reference-url; None = api_key
+
+    def check(self) -> None:
+        check_options(top_logprobs=self.top_logprobs, max_tokens=self.max_tokens,
+                      answer_tokens=self.answer_tokens, dcp=self.dcp,
+                      interleave=self.interleave, block_size=self.block_size)
+
+    def client(self, url: str, label: str, model: str | None = None) -> ServerClient:
+        key = self.reference_api_key if label == "reference" else None
+        return ServerClient(url, label=label, timeout=self.timeout, model=model or self.model,
+                            api_key=key or self.api_key)
 
 
 Progress = Callable[[str], None]
 
 
 def dcp_layout(opts: ValidateOptions, notes: list[str]) -> DcpLayout:
-    dcp = opts.dcp or 1
-    inter = opts.interleave or 1
-    bs = opts.block_size or 64
-    if dcp < 1 or inter < 1 or bs < 1:
-        raise UserError("--dcp, --interleave and --block-size must be positive")
+    opts.check()
+    dcp = 1 if opts.dcp is None else opts.dcp
+    inter = 1 if opts.interleave is None else opts.interleave
+    bs = 64 if opts.block_size is None else opts.block_size
     if bs % inter:
         raise UserError(f"block size {bs} is not a multiple of interleave {inter}",
                         hint="vLLM requires cp_kv_cache_interleave_size to divide the block size")
@@ -88,11 +100,11 @@ def _prompt_lengths(opts: ValidateOptions, max_len: int) -> list[int]:
     return sorted({min(256, cap), min(2048, cap // 2)})
 
 
-def _needle_lengths(opts: ValidateOptions, max_len: int | None) -> list[int]:
+def _needle_lengths(opts: ValidateOptions, max_len: int | None, url: str) -> list[int]:
     if opts.lengths:
         return opts.lengths
     if max_len is None:
-        raise UserError("the server does not report max_model_len in /v1/models",
+        raise UserError(f"server {url}/v1/models does not report max_model_len",
                         hint="pass the probe lengths: --lengths 4096,32768")
     return auto_lengths(max_len, opts.answer_tokens)
 
@@ -102,8 +114,8 @@ def _check_lengths(lengths: list[int], max_len: int | None, answer: int) -> None
         if n < 64:
             raise UserError(f"length {n} is too short for a probe (at least 64 tokens)")
         if max_len is not None and n + answer > max_len:
-            raise UserError(f"length {n} + {answer} answer tokens exceeds the server's "
-                            f"max_model_len {max_len}")
+            raise UserError(f"length {n} + {answer} answer tokens exceeds max_model_len "
+                            f"{max_len} (of the server, or of the reference when smaller)")
 
 
 def _compare(name: str, kind: Any, tokens: int, mine: Completion, ref: Completion | None,
@@ -146,9 +158,11 @@ def server_facts(client: ServerClient) -> ServerFacts:
 
 def _summary(checks: list[Check], verdict: Verdict, has_ref: bool) -> str:
     bad = [c for c in checks if c.verdict is not Verdict.PASS]
+    if not bad and verdict is Verdict.PASS:
+        return f"PASS: {len(checks)} checks agree with the reference within noise"
     if not bad:
-        return (f"PASS: {len(checks)} checks agree with the reference within noise" if has_ref
-                else f"PASS: {len(checks)} needle probes retrieved")
+        return (f"{verdict.value.upper()}: {len(checks)} needle probes retrieved, but without a "
+                "reference (--reference-url) the numerics are unproven")
     first = sorted(bad, key=lambda c: c.verdict is not Verdict.FAIL)[0]
     why = first.reasons[0] if first.reasons else ""
     return (f"{verdict.value.upper()}: {len(bad)} of {len(checks)} checks off; "
@@ -168,11 +182,17 @@ class Planned:
     skipped: str | None = None  # why this check could not be built
 
 
+def usable_len(server: ServerFacts, reference: ServerFacts | None) -> int | None:
+    """The longest context both servers accept (the reference's limit counts too)."""
+    lens = [f.max_model_len for f in (server, reference) if f is not None and f.max_model_len]
+    return min(lens) if lens else None
+
+
 def plan(opts: ValidateOptions, dcp: ServerClient, server: ServerFacts, layout: DcpLayout,
-         with_reference: bool) -> list[Planned]:
+         with_reference: bool, reference: ServerFacts | None = None) -> list[Planned]:
     """The prompts, sized with the DCP server's tokenizer (the reference runs the same model)."""
     count = _counter(dcp)
-    mml = server.max_model_len
+    mml = usable_len(server, reference)
     out: list[Planned] = []
     if with_reference:
         plens = _prompt_lengths(opts, mml) if mml else (opts.prompt_lengths or [256])
@@ -181,7 +201,7 @@ def plan(opts: ValidateOptions, dcp: ServerClient, server: ServerFacts, layout: 
             for i, kind in enumerate(PROMPT_KINDS):
                 prompt = reference_prompt(kind, opts.seed + i, count, n)
                 out.append(Planned(f"{kind}@{n}", "prompt", prompt, count(prompt), opts.max_tokens))
-    lengths = _needle_lengths(opts, mml)
+    lengths = _needle_lengths(opts, mml, server.url)
     _check_lengths(lengths, mml, opts.answer_tokens)
     for n in lengths:
         for rank in range(layout.dcp):
@@ -283,21 +303,23 @@ def validate(opts: ValidateOptions, progress: Progress | None = None) -> Validat
     """Both servers already running (``opts.url`` and, optionally, ``opts.reference_url``)."""
     say = progress or (lambda _m: None)
     notes: list[str] = []
-    with ServerClient(opts.url, label="server", timeout=opts.timeout, model=opts.model) as dcp:
+    opts.check()
+    with opts.client(opts.url, "server") as dcp:
         server = server_facts(dcp)
         layout = dcp_layout(opts, notes)
+        metrics = dcp.metrics()
         reference = None
         ref_client = None
         if opts.reference_url:
-            ref_client = ServerClient(opts.reference_url, label="reference", timeout=opts.timeout,
-                                      model=opts.model or server.model)
+            ref_client = opts.client(opts.reference_url, "reference", opts.model or server.model)
         else:
             notes.append("no reference server (--reference-url): logprobs are not compared and "
                           "only needle retrieval is judged")
         try:
             if ref_client is not None:
+                refuse_same(dcp.url, ref_client.url, metrics, ref_client.metrics(), opts.dcp)
                 reference = server_facts(ref_client)
-            planned = plan(opts, dcp, server, layout, ref_client is not None)
+            planned = plan(opts, dcp, server, layout, ref_client is not None, reference)
             notes += placement_notes(planned, layout)
             mine = answers(dcp, planned, opts, say)
             theirs = floor = None
@@ -307,6 +329,5 @@ def validate(opts: ValidateOptions, progress: Progress | None = None) -> Validat
         finally:
             if ref_client is not None:
                 ref_client.close()
-        metrics = dcp.metrics() if layout.dcp > 1 and not opts.log_text else None
-    kv = kv_capacity(opts.log_text, metrics)
+    kv = kv_capacity(opts.log_text, metrics if layout.dcp > 1 else None)
     return result(server, reference, layout, opts, planned, mine, theirs, floor, notes, kv)

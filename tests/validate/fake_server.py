@@ -24,6 +24,40 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
 from tiny_model import TinyModel, encode, token_str  # noqa: E402
 
+STARTED = time.time()  # what prometheus_client reports as process_start_time_seconds
+
+
+def completion(model: TinyModel, args: argparse.Namespace, req: dict[str, Any],
+               mode: str) -> tuple[int, dict[str, Any]]:
+    """(200, vLLM's CompletionResponse) or (400, the message and param of vLLM's error)."""
+    prompts = req["prompt"] if isinstance(req["prompt"], list) else [req["prompt"]]
+    n = int(req.get("max_tokens") or 16)
+    k = int(req.get("logprobs") or 0)
+    if k > args.max_logprobs:
+        return 400, {"message": f"Requested sample logprobs of {k}, which is greater than max "
+                                f"allowed: {args.max_logprobs}", "param": "logprobs"}
+    choices = []
+    for idx, prompt in enumerate(prompts):
+        toks = encode(prompt)
+        if len(toks) + n > args.max_model_len:
+            return 400, {"message": f"This model's maximum context length is "
+                                    f"{args.max_model_len} tokens. However, your request has "
+                                    f"{len(toks)} input tokens and requests {n} output tokens. "
+                                    "Please reduce the length of the input messages.",
+                         "param": "prompt"}
+        steps = model.generate(toks, n, max(k, 1))
+        lp = None
+        if req.get("logprobs") is not None and mode != "nologprobs":
+            lp = {"tokens": [token_str(t) for t, _, _ in steps],
+                  "token_logprobs": [v for _, v, _ in steps],
+                  "top_logprobs": [{token_str(i): v for i, v in top.items()}
+                                   for _, _, top in steps],
+                  "text_offset": list(range(len(steps)))}
+        choices.append({"index": idx, "text": "".join(token_str(t) for t, _, _ in steps),
+                        "logprobs": lp, "finish_reason": "length"})
+    return 200, {"id": "cmpl-0", "object": "text_completion", "model": args.model_name,
+                 "choices": choices}
+
 
 def make_handler(model: TinyModel, args: argparse.Namespace) -> type[BaseHTTPRequestHandler]:
     name = args.model_name
@@ -58,8 +92,25 @@ def make_handler(model: TinyModel, args: argparse.Namespace) -> type[BaseHTTPReq
             n = int(self.headers.get("content-length") or 0)
             return json.loads(self.rfile.read(n) or b"{}")
 
+        def _error(self, code: int, message: str, param: str | None = None) -> None:
+            """vLLM's ErrorResponse: {"error": {"message", "type", "param", "code"}}."""
+            kind = {400: "BadRequestError", 404: "NotFoundError"}.get(code, "InternalServerError")
+            self._send(code, {"error": {"message": message, "type": kind, "param": param,
+                                        "code": code}})
+
+        def _denied(self, path: str) -> bool:
+            """vLLM's --api-key middleware: /v1/* needs the Bearer key, else 401."""
+            if not args.api_key or not path.startswith("/v1"):
+                return False
+            if self.headers.get("Authorization") == f"Bearer {args.api_key}":
+                return False
+            self._send(401, {"error": "Unauthorized"})
+            return True
+
         def do_GET(self) -> None:
             path = self._route()
+            if self._denied(path):
+                return
             if self.mode == "slow":
                 time.sleep(5)
             if path == "/v1/models":
@@ -67,16 +118,18 @@ def make_handler(model: TinyModel, args: argparse.Namespace) -> type[BaseHTTPReq
                     {"id": name, "object": "model", "max_model_len": args.max_model_len}]})
             elif path == "/metrics":
                 text = (f'vllm:cache_config_info{{block_size="64",num_gpu_blocks="{args.blocks}"}}'
-                        " 1.0\n")
+                        f" 1.0\nprocess_start_time_seconds {STARTED:.2f}\n")
                 self._send(200, text.encode(), "text/plain")
             else:
-                self._send(404, {"error": "not found"})
+                self._error(404, f"no route {path}")
 
         def do_POST(self) -> None:
             path = self._route()
             if self.mode == "slow":
                 time.sleep(5)
             req = self._body()
+            if self._denied(path):
+                return
             if path == "/tokenize":
                 toks = encode(req.get("prompt", ""))
                 self._send(200, {"count": len(toks), "max_model_len": args.max_model_len,
@@ -87,30 +140,14 @@ def make_handler(model: TinyModel, args: argparse.Namespace) -> type[BaseHTTPReq
                     time.sleep(3600)  # a wedged engine: the request never returns
                 self._complete(req)
             else:
-                self._send(404, {"error": "not found"})
+                self._error(404, f"no route {path}")
 
         def _complete(self, req: dict[str, Any]) -> None:
-            prompts = req["prompt"] if isinstance(req["prompt"], list) else [req["prompt"]]
-            n = int(req.get("max_tokens") or 16)
-            k = int(req.get("logprobs") or 0)
-            choices = []
-            for idx, prompt in enumerate(prompts):
-                toks = encode(prompt)
-                if len(toks) + n > args.max_model_len:
-                    self._send(400, {"error": {"message": "prompt too long"}})
-                    return
-                steps = model.generate(toks, n, max(k, 1))
-                lp = None
-                if req.get("logprobs") is not None and self.mode != "nologprobs":
-                    lp = {"tokens": [token_str(t) for t, _, _ in steps],
-                          "token_logprobs": [v for _, v, _ in steps],
-                          "top_logprobs": [{token_str(i): v for i, v in top.items()}
-                                           for _, _, top in steps],
-                          "text_offset": list(range(len(steps)))}
-                choices.append({"index": idx, "text": "".join(token_str(t) for t, _, _ in steps),
-                                "logprobs": lp, "finish_reason": "length"})
-            self._send(200, {"id": "cmpl-0", "object": "text_completion", "model": name,
-                             "choices": choices})
+            code, body = completion(model, args, req, self.mode)
+            if code != 200:
+                self._error(code, body["message"], body["param"])
+            else:
+                self._send(200, body)
 
     return Handler
 
@@ -131,6 +168,8 @@ def main() -> None:
     ap.add_argument("--hang-after", type=int, default=0, help="stop answering after N requests")
     ap.add_argument("--max-model-len", type=int, default=2048)
     ap.add_argument("--blocks", type=int, default=1000)
+    ap.add_argument("--api-key", default=os.environ.get("VLLM_API_KEY"))
+    ap.add_argument("--max-logprobs", type=int, default=20)
     args = ap.parse_args()
     args.model_name = args.model
     torch.set_num_threads(1)  # tiny tensors: threads only contend on a shared CI box

@@ -147,7 +147,7 @@ def test_bad_layout_is_bad_input(servers: dict[str, str], capsys: pytest.Capture
     rc, err = _error(capsys, "--url", servers["correct"], "--dcp", "4", "--interleave", "48")
     assert rc == 2 and "block size 64 is not a multiple of interleave 48" in err
     rc, err = _error(capsys, "--url", servers["correct"], "--lengths", "4096")
-    assert rc == 2 and "exceeds the server's max_model_len 2048" in err
+    assert rc == 2 and "exceeds max_model_len 2048" in err
 
 
 def test_no_url(capsys: pytest.CaptureFixture[str]) -> None:
