@@ -136,22 +136,9 @@ class ServerClient:
     def models(self) -> tuple[str, int | None]:
         """Served model id (``--model`` if given, else the first) and its ``max_model_len``."""
         data = self.request("GET", "/v1/models")
-        items = data.get("data") if isinstance(data, dict) else None
-        if not isinstance(items, list) or not items:
-            raise UserError(f"{self._where('/v1/models')}: no model listed in the answer")
-        pick = items[0]
-        if self.model is not None:
-            named = [m for m in items if isinstance(m, dict) and m.get("id") == self.model]
-            if not named:
-                ids = ", ".join(str(m.get("id")) for m in items if isinstance(m, dict))
-                raise UserError(f"{self.label} {self.url} serves no model {self.model!r} "
-                                f"(it serves: {ids})", hint="pass one of them with --model")
-            pick = named[0]
-        if not isinstance(pick, dict) or not pick.get("id"):
-            raise UserError(f"{self._where('/v1/models')}: model entry without an id")
-        self.model = str(pick["id"])
-        mml = pick.get("max_model_len")
-        return self.model, int(mml) if isinstance(mml, int | float) else None
+        self.model, mml = parse_models(data, self._where("/v1/models"), self.model,
+                                       f"{self.label} {self.url}")
+        return self.model, mml
 
     def tokenize(self, text: str) -> int:
         """Token count of ``text`` as a completion prompt (special tokens such as BOS included)."""
@@ -161,12 +148,7 @@ class ServerClient:
         if data is None:
             raise UserError(f"{self._where(path)}: no tokenizer endpoint (404)",
                             hint="validate counts tokens with vLLM's /tokenize; point it at vLLM")
-        count = data.get("count") if isinstance(data, dict) else None
-        if count is None and isinstance(data, dict) and isinstance(data.get("tokens"), list):
-            count = len(data["tokens"])
-        if not isinstance(count, int):
-            raise UserError(f"{self._where(path)}: answer has no token count")
-        return count
+        return parse_count(data, self._where(path))
 
     def complete(self, prompt: str, *, max_tokens: int, top_logprobs: int) -> Completion:
         return self.complete_batch([prompt], max_tokens=max_tokens, top_logprobs=top_logprobs)[0]
@@ -193,6 +175,35 @@ class ServerClient:
         except UserError:
             return None
         return text if isinstance(text, str) else None
+
+
+def parse_models(data: Any, where: str, model: str | None, who: str) -> tuple[str, int | None]:
+    """vLLM's ModelList: the id of ``model`` (or of the first card) and its ``max_model_len``."""
+    items = data.get("data") if isinstance(data, dict) else None
+    if not isinstance(items, list) or not items:
+        raise UserError(f"{where}: no model listed in the answer")
+    pick = items[0]
+    if model is not None:
+        named = [m for m in items if isinstance(m, dict) and m.get("id") == model]
+        if not named:
+            ids = ", ".join(str(m.get("id")) for m in items if isinstance(m, dict))
+            raise UserError(f"{who} serves no model {model!r} (it serves: {ids})",
+                            hint="pass one of them with --model")
+        pick = named[0]
+    if not isinstance(pick, dict) or not pick.get("id"):
+        raise UserError(f"{where}: model entry without an id")
+    mml = pick.get("max_model_len")
+    return str(pick["id"]), int(mml) if isinstance(mml, int | float) else None
+
+
+def parse_count(data: Any, where: str) -> int:
+    """vLLM's TokenizeResponse: the token count."""
+    count = data.get("count") if isinstance(data, dict) else None
+    if count is None and isinstance(data, dict) and isinstance(data.get("tokens"), list):
+        count = len(data["tokens"])
+    if not isinstance(count, int):
+        raise UserError(f"{where}: answer has no token count")
+    return count
 
 
 def error_text(body: str) -> str:

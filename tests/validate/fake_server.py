@@ -128,6 +128,9 @@ def make_handler(model: TinyModel, args: argparse.Namespace) -> type[BaseHTTPReq
             if self.mode == "slow":
                 time.sleep(5)
             req = self._body()
+            if args.record:
+                with open(args.record, "a", encoding="utf-8") as fh:
+                    fh.write(json.dumps({"path": path, "body": req}) + "\n")
             if self._denied(path):
                 return
             if path == "/tokenize":
@@ -170,6 +173,7 @@ def main() -> None:
     ap.add_argument("--blocks", type=int, default=1000)
     ap.add_argument("--api-key", default=os.environ.get("VLLM_API_KEY"))
     ap.add_argument("--max-logprobs", type=int, default=20)
+    ap.add_argument("--record", help="append every POST body (JSON lines) to this file")
     args = ap.parse_args()
     args.model_name = args.model
     torch.set_num_threads(1)  # tiny tensors: threads only contend on a shared CI box
