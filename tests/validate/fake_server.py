@@ -27,6 +27,12 @@ from tiny_model import TinyModel, encode, token_str  # noqa: E402
 STARTED = time.time()  # what prometheus_client reports as process_start_time_seconds
 
 
+def record(file: str | None, path: str, body: dict[str, Any]) -> None:
+    if file:
+        with open(file, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps({"path": path, "body": body}) + "\n")
+
+
 def completion(model: TinyModel, args: argparse.Namespace, req: dict[str, Any],
                mode: str) -> tuple[int, dict[str, Any]]:
     """(200, vLLM's CompletionResponse) or (400, the message and param of vLLM's error)."""
@@ -128,9 +134,7 @@ def make_handler(model: TinyModel, args: argparse.Namespace) -> type[BaseHTTPReq
             if self.mode == "slow":
                 time.sleep(5)
             req = self._body()
-            if args.record:
-                with open(args.record, "a", encoding="utf-8") as fh:
-                    fh.write(json.dumps({"path": path, "body": req}) + "\n")
+            record(args.record, path, req)
             if self._denied(path):
                 return
             if path == "/tokenize":
