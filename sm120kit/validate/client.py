@@ -142,13 +142,20 @@ class ServerClient:
 
     def tokenize(self, text: str) -> int:
         """Token count of ``text`` as a completion prompt (special tokens such as BOS included)."""
+        return len(self.token_ids(text))
+
+    def token_ids(self, text: str) -> list[int]:
+        """Token ids of ``text`` as a completion prompt (special tokens such as BOS included)."""
         path = "/tokenize"
         data = self.request("POST", path, {"model": self.model, "prompt": text,
                                            "add_special_tokens": True}, optional=True)
         if data is None:
             raise UserError(f"{self._where(path)}: no tokenizer endpoint (404)",
                             hint="validate counts tokens with vLLM's /tokenize; point it at vLLM")
-        return parse_count(data, self._where(path))
+        ids = data.get("tokens") if isinstance(data, dict) else None
+        if not isinstance(ids, list) or len(ids) != parse_count(data, self._where(path)):
+            raise UserError(f"{self._where(path)}: answer has no token ids")
+        return [int(i) for i in ids]
 
     def complete(self, prompt: str, *, max_tokens: int, top_logprobs: int) -> Completion:
         return self.complete_batch([prompt], max_tokens=max_tokens, top_logprobs=top_logprobs)[0]
@@ -159,7 +166,7 @@ class ServerClient:
         path = "/v1/completions"
         body = {"model": self.model, "prompt": prompts[0] if len(prompts) == 1 else prompts,
                 "max_tokens": max_tokens, "temperature": 0.0, "top_p": 1.0, "seed": 0,
-                "logprobs": top_logprobs}
+                "logprobs": top_logprobs, "return_tokens_as_token_ids": True}
         data = self.request("POST", path, body)
         where = self._where(path)
         choices = data.get("choices") if isinstance(data, dict) else None
@@ -168,6 +175,15 @@ class ServerClient:
                             f"{len(choices) if isinstance(choices, list) else 'no'} choices")
         order = sorted(range(len(choices)), key=lambda i: _index(choices[i], i))
         return [parse_completion({"choices": [choices[i]]}, where) for i in order]
+
+    def score(self, ids: list[int], *, top_logprobs: int) -> Completion:
+        """Teacher forcing: the logprob of every token of ``ids`` given the ones before it (vLLM's
+        ``echo`` with prompt logprobs), token ids as ``token_id:N``; one generated token."""
+        path = "/v1/completions"
+        body = {"model": self.model, "prompt": ids, "max_tokens": 1, "temperature": 0.0,
+                "top_p": 1.0, "seed": 0, "echo": True, "logprobs": top_logprobs,
+                "return_tokens_as_token_ids": True}
+        return parse_completion(self.request("POST", path, body), self._where(path))
 
     def metrics(self) -> str | None:
         try:

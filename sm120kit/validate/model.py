@@ -131,6 +131,9 @@ class Check:
     needle: NeedlePlacement | None = None
     needle_found: bool | None = None
     reference_needle_found: bool | None = None
+    #: positions of the reference's continuation scored on both servers (teacher forcing, run
+    #: when the greedy texts diverge); the max/mean|Δ| then cover them
+    forced_positions: int | None = None
 
 
 @dataclass

@@ -12,7 +12,7 @@ from typing import Any
 
 from sm120kit.errors import UserError
 from sm120kit.validate.client import Completion, ServerClient
-from sm120kit.validate.compare import diff, judge_diff
+from sm120kit.validate.compare import Diff, diff, forced_diff, judge_diff, token_id
 from sm120kit.validate.identity import check_options, refuse_same
 from sm120kit.validate.kv import kv_capacity
 from sm120kit.validate.model import (
@@ -82,15 +82,17 @@ def dcp_layout(opts: ValidateOptions, notes: list[str]) -> DcpLayout:
     return DcpLayout(dcp=dcp, interleave=inter, block_size=bs, source=src)
 
 
-def _counter(client: ServerClient) -> Callable[[str], int]:
-    cache: dict[str, int] = {}
+class _Counter:
+    """Token counts by the server's tokenizer, one /tokenize request per distinct text."""
 
-    def count(text: str) -> int:
-        if text not in cache:
-            cache[text] = client.tokenize(text)
-        return cache[text]
+    def __init__(self, client: ServerClient) -> None:
+        self.client = client
+        self.ids: dict[str, list[int]] = {}
 
-    return count
+    def __call__(self, text: str) -> int:
+        if text not in self.ids:
+            self.ids[text] = self.client.token_ids(text)
+        return len(self.ids[text])
 
 
 def _prompt_lengths(opts: ValidateOptions, max_len: int) -> list[int]:
@@ -119,7 +121,7 @@ def _check_lengths(lengths: list[int], max_len: int | None, answer: int) -> None
 
 
 def _compare(name: str, kind: Any, tokens: int, mine: Completion, ref: Completion | None,
-             th: Thresholds) -> Check:
+             th: Thresholds, forced: Diff | None = None) -> Check:
     chk = Check(name=name, kind=kind, context_tokens=tokens, verdict=Verdict.PASS,
                 dcp_text=mine.text, reference_text=None if ref is None else ref.text)
     if ref is None:
@@ -129,7 +131,41 @@ def _compare(name: str, kind: Any, tokens: int, mine: Completion, ref: Completio
     chk.compared_positions = d.compared
     chk.max_abs_diff, chk.mean_abs_diff, chk.max_diff_position = d.max_abs, d.mean_abs, d.max_at
     chk.first_divergence, chk.divergence_margin = d.first_divergence, d.margin
+    if forced is not None:
+        _add_forced(chk, forced, th)
     return chk
+
+
+def _add_forced(chk: Check, f: Diff, th: Thresholds) -> None:
+    """The teacher-forced comparison: every position of the reference's continuation."""
+    v, why = judge_diff(f, th)
+    chk.verdict = worst([chk.verdict, v])
+    chk.reasons += [f"teacher-forced over the reference's {f.compared} tokens: {r}".replace(
+        "greedy tokens diverge at generated token", "top-1 token ids differ at position")
+        for r in why]
+    chk.forced_positions = f.compared
+    chk.compared_positions = f.compared
+    chk.max_abs_diff, chk.mean_abs_diff, chk.max_diff_position = f.max_abs, f.mean_abs, f.max_at
+
+
+def teacher_force(dcp: ServerClient, ref: ServerClient, planned: list[Planned],
+                  mine: list[Completion | None], theirs: list[Completion | None],
+                  opts: ValidateOptions, say: Progress) -> list[Diff | None]:
+    """Where the greedy texts diverge, score the reference's continuation on both servers (one
+    request each) and compare every position by token id; elsewhere the greedy answers already
+    compared every generated position (None)."""
+    out: list[Diff | None] = []
+    for p, m, r in zip(planned, mine, theirs, strict=True):
+        cont = [token_id(t) for t in r.tokens] if r is not None else []
+        if m is None or r is None or p.ids is None or m.tokens == r.tokens or None in cont:
+            out.append(None)
+            continue
+        ids = p.ids + [c for c in cont if c is not None]
+        say(f"teacher forcing: {p.name} ({len(cont)} tokens)")
+        fm = dcp.score(ids, top_logprobs=opts.top_logprobs)
+        fr = ref.score(ids, top_logprobs=opts.top_logprobs)
+        out.append(forced_diff(fm, fr, len(p.ids), len(ids)))
+    return out
 
 
 def _judge_needle(chk: Check, probe: Probe) -> None:
@@ -180,6 +216,7 @@ class Planned:
     max_tokens: int
     probe: Probe | None = None
     skipped: str | None = None  # why this check could not be built
+    ids: list[int] | None = None  # the prompt's token ids (for teacher forcing)
 
 
 def usable_len(server: ServerFacts, reference: ServerFacts | None) -> int | None:
@@ -191,7 +228,7 @@ def usable_len(server: ServerFacts, reference: ServerFacts | None) -> int | None
 def plan(opts: ValidateOptions, dcp: ServerClient, server: ServerFacts, layout: DcpLayout,
          with_reference: bool, reference: ServerFacts | None = None) -> list[Planned]:
     """The prompts, sized with the DCP server's tokenizer (the reference runs the same model)."""
-    count = _counter(dcp)
+    count = _Counter(dcp)
     mml = usable_len(server, reference)
     out: list[Planned] = []
     if with_reference:
@@ -200,7 +237,8 @@ def plan(opts: ValidateOptions, dcp: ServerClient, server: ServerFacts, layout: 
         for n in plens:
             for i, kind in enumerate(PROMPT_KINDS):
                 prompt = reference_prompt(kind, opts.seed + i, count, n)
-                out.append(Planned(f"{kind}@{n}", "prompt", prompt, count(prompt), opts.max_tokens))
+                out.append(Planned(f"{kind}@{n}", "prompt", prompt, count(prompt), opts.max_tokens,
+                                   ids=count.ids[prompt]))
     lengths = _needle_lengths(opts, mml, server.url)
     _check_lengths(lengths, mml, opts.answer_tokens)
     for n in lengths:
@@ -210,7 +248,8 @@ def plan(opts: ValidateOptions, dcp: ServerClient, server: ServerFacts, layout: 
                 out.append(Planned(f"needle@{n} rank {rank}", "needle", "", n, 0, skipped=probe))
             else:
                 out.append(Planned(probe.name, "needle", probe.prompt, probe.tokens,
-                                   opts.answer_tokens, probe=probe))
+                                   opts.answer_tokens, probe=probe,
+                                   ids=count.ids.get(probe.prompt)))
     return out
 
 
@@ -239,7 +278,8 @@ def answers(client: ServerClient, planned: list[Planned], opts: ValidateOptions,
 
 
 def judge(planned: list[Planned], mine: list[Completion | None],
-          theirs: list[Completion | None] | None, th: Thresholds) -> list[Check]:
+          theirs: list[Completion | None] | None, th: Thresholds,
+          forced: list[Diff | None] | None = None) -> list[Check]:
     checks = []
     for i, p in enumerate(planned):
         got = mine[i]
@@ -247,7 +287,8 @@ def judge(planned: list[Planned], mine: list[Completion | None],
             checks.append(Check(name=p.name, kind=p.kind, context_tokens=p.tokens,
                                 verdict=Verdict.SUSPICIOUS, reasons=[p.skipped or "no answer"]))
             continue
-        chk = _compare(p.name, p.kind, p.tokens, got, None if theirs is None else theirs[i], th)
+        chk = _compare(p.name, p.kind, p.tokens, got, None if theirs is None else theirs[i], th,
+                       forced[i] if forced else None)
         if p.probe is not None:
             _judge_needle(chk, p.probe)
         checks.append(chk)
@@ -281,14 +322,15 @@ def noise_floor(ref: ServerClient, planned: list[Planned], solo: list[Completion
 def result(server: ServerFacts, reference: ServerFacts | None, layout: DcpLayout,
            opts: ValidateOptions, planned: list[Planned], mine: list[Completion | None],
            theirs: list[Completion | None] | None, floor: NoiseFloor | None,
-           notes: list[str], kv: KvCapacity | None) -> ValidateResult:
+           notes: list[str], kv: KvCapacity | None,
+           forced: list[Diff | None] | None = None) -> ValidateResult:
     """Judge the answers against the lines (raised to the measured noise floor) and sum up."""
     th = opts.thresholds.widened(floor)
     if floor is not None and th != opts.thresholds:
         floor.widened = True
         notes.append("the reference's own noise floor is above the default lines: lines raised "
                      "to 3x it")
-    checks = judge(planned, mine, theirs, th)
+    checks = judge(planned, mine, theirs, th, forced)
     verdict = worst([c.verdict for c in checks])
     if reference is None and verdict is Verdict.PASS:
         verdict = Verdict.SUSPICIOUS
@@ -322,12 +364,14 @@ def validate(opts: ValidateOptions, progress: Progress | None = None) -> Validat
             planned = plan(opts, dcp, server, layout, ref_client is not None, reference)
             notes += placement_notes(planned, layout)
             mine = answers(dcp, planned, opts, say)
-            theirs = floor = None
+            theirs = floor = forced = None
             if ref_client is not None:
                 theirs = answers(ref_client, planned, opts, say)
+                forced = teacher_force(dcp, ref_client, planned, mine, theirs, opts, say)
                 floor = noise_floor(ref_client, planned, theirs, opts, say)
         finally:
             if ref_client is not None:
                 ref_client.close()
     kv = kv_capacity(opts.log_text, metrics if layout.dcp > 1 else None)
-    return result(server, reference, layout, opts, planned, mine, theirs, floor, notes, kv)
+    return result(server, reference, layout, opts, planned, mine, theirs, floor, notes, kv,
+                  forced)
