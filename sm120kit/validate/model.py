@@ -183,6 +183,8 @@ class ValidateResult:
     noise_floor: NoiseFloor | None = None
     notes: list[str] = field(default_factory=list)
     launch: dict[str, Any] | None = None
+    #: HTTP requests sent, per server and endpoint kind (the count said up front is "planned")
+    requests: dict[str, int] = field(default_factory=dict)
 
     @property
     def exit_code(self) -> int:

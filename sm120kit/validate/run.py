@@ -363,6 +363,7 @@ def validate(opts: ValidateOptions, progress: Progress | None = None) -> Validat
                 reference = server_facts(ref_client)
             planned = plan(opts, dcp, server, layout, ref_client is not None, reference)
             notes += placement_notes(planned, layout)
+            counts = announce(planned, dcp, ref_client is not None, say)
             mine = answers(dcp, planned, opts, say)
             theirs = floor = forced = None
             if ref_client is not None:
@@ -372,6 +373,20 @@ def validate(opts: ValidateOptions, progress: Progress | None = None) -> Validat
         finally:
             if ref_client is not None:
                 ref_client.close()
+        counts["server"] = dcp.requests
+        counts["reference"] = ref_client.requests if ref_client is not None else 0
     kv = kv_capacity(opts.log_text, metrics if layout.dcp > 1 else None)
-    return result(server, reference, layout, opts, planned, mine, theirs, floor, notes, kv,
-                  forced)
+    res = result(server, reference, layout, opts, planned, mine, theirs, floor, notes, kv, forced)
+    res.requests = counts
+    return res
+
+
+def announce(planned: list[Planned], dcp: ServerClient, with_ref: bool,
+             say: Progress) -> dict[str, int]:
+    """Say what the run will cost before the long requests start."""
+    n = sum(not p.skipped for p in planned)
+    tok = dcp.requests
+    say(f"plan: {len(planned)} checks sized with {tok} requests; now {n} completion requests "
+        f"per server" + (" (+1 batched noise-floor request on the reference, +1 per server for "
+                          "each check whose greedy texts diverge)" if with_ref else ""))
+    return {"planning": tok, "planned_completions_per_server": n}

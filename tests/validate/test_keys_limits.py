@@ -43,6 +43,11 @@ def test_api_key_server_passes_with_key(servers: dict[str, str],
     rc, res = _json(capsys, "--url", servers["keyed"], "--reference-url", servers["reference"],
                     "--api-key", KEY, *SMALL)
     assert rc == 0 and res["verdict"] == "pass", res["summary"]
+    # the cost said up front is the cost paid: 7 completions each (no divergence to force),
+    # the reference's /v1/models + /metrics + one batched noise-floor request
+    req = res["requests"]
+    assert req["planned_completions_per_server"] == 7
+    assert req["server"] == req["planning"] + 7 and req["reference"] == 7 + 3
 
 
 def test_api_key_from_environment(servers: dict[str, str], capsys: pytest.CaptureFixture[str],

@@ -77,6 +77,10 @@ def test_interleave_1_mapping_fails(servers: dict[str, str], capsys: pytest.Capt
         assert c["needle_found"] is False and c["reference_needle_found"] is True
         assert "the reference retrieves it, DCP does not" in c["reasons"][0]
         assert c["first_divergence"] is not None and c["divergence_margin"] > 0
+        # the reference's whole continuation scored on both (teacher forcing), by token id
+        assert c["forced_positions"] == 12 and c["compared_positions"] == 12
+        assert any(r.startswith("teacher-forced over the reference's 12 tokens: ")
+                   for r in c["reasons"])
     assert "needle@1024" in res["summary"] or "diverge at generated token" in res["summary"]
 
 
