@@ -242,10 +242,14 @@ def plan(opts: ValidateOptions, dcp: ServerClient, server: ServerFacts, layout: 
     lengths = _needle_lengths(opts, mml, server.url)
     _check_lengths(lengths, mml, opts.answer_tokens)
     for n in lengths:
-        for rank in range(layout.dcp):
-            probe = build_probe(count, layout, n, rank, opts.seed + rank, opts.answer_tokens)
+        for rank in range(layout.dcp + 1):
+            tail = rank == layout.dcp  # + the tail probe: rank 0's newest rows
+            probe = build_probe(count, layout, n, 0 if tail else rank, opts.seed + rank,
+                                opts.answer_tokens, tail=tail)
             if isinstance(probe, str):
-                out.append(Planned(f"needle@{n} rank {rank}", "needle", "", n, 0, skipped=probe))
+                if not tail:  # no tail chunk (DCP 1, interleave shorter than the needle): nothing to add
+                    out.append(Planned(f"needle@{n} rank {rank}", "needle", "", n, 0,
+                                       skipped=probe))
             else:
                 out.append(Planned(probe.name, "needle", probe.prompt, probe.tokens,
                                    opts.answer_tokens, probe=probe,

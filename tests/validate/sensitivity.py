@@ -50,7 +50,8 @@ def summarize(res: dict[str, Any], rc: int) -> dict[str, Any]:
             "checks": len(checks), "summary": res.get("summary")}
 
 
-def measure(mml: int, topk: int, cases: list[str], run_validate: Any) -> dict[str, Any]:
+def measure(mml: int, topk: int, cases: list[str], run_validate: Any,
+            on_case: Any = None) -> dict[str, Any]:
     """{case: summary} for one (max_model_len, top-k); ``run_validate(argv) -> (rc, json)``."""
     common = ["--max-model-len", str(mml), "--topk", str(topk)]
     ref, ref_url = start(["--dcp", "1", *common])
@@ -62,6 +63,8 @@ def measure(mml: int, topk: int, cases: list[str], run_validate: Any) -> dict[st
                 rc, res = run_validate(["validate", "--url", url, "--reference-url", ref_url,
                                         "--dcp", "4", "--interleave", "64", "--json"])
                 out[case] = summarize(res, rc)
+                if on_case is not None:
+                    on_case(case, out[case])
             finally:
                 p.terminate()
                 p.wait(timeout=10)
@@ -80,6 +83,5 @@ def _cli(argv: list[str]) -> tuple[int, dict[str, Any]]:
 if __name__ == "__main__":
     for n in map(int, sys.argv[1:] or ["2048"]):
         for name, k in (("sparse", SPARSE_TOPK), ("dense", n)):
-            for case, s in measure(n, k, list(CASES), _cli).items():
-                print(json.dumps({"max_model_len": n, "topk": name, "case": case, **s}),
-                      flush=True)
+            measure(n, k, list(CASES), _cli, lambda case, s, n=n, name=name: print(
+                json.dumps({"max_model_len": n, "topk": name, "case": case, **s}), flush=True))

@@ -46,8 +46,8 @@ def test_api_key_server_passes_with_key(servers: dict[str, str],
     # the cost said up front is the cost paid: 7 completions each (no divergence to force),
     # the reference's /v1/models + /metrics + one batched noise-floor request
     req = res["requests"]
-    assert req["planned_completions_per_server"] == 7
-    assert req["server"] == req["planning"] + 7 and req["reference"] == 7 + 3
+    assert req["planned_completions_per_server"] == 8  # 3 prompts, 4 rank needles, 1 tail
+    assert req["server"] == req["planning"] + 8 and req["reference"] == 8 + 3
 
 
 def test_api_key_from_environment(servers: dict[str, str], capsys: pytest.CaptureFixture[str],
@@ -188,7 +188,7 @@ def test_markdown_table_cells_and_no_pass_without_reference(
     def cells(row: str) -> int:
         return len(row.replace("\\|", "").strip().strip("|").split("|"))
 
-    assert len(rows) == 2 + 4 and cells(rows[0]) == cells(rows[1]) == 8
+    assert len(rows) == 2 + 5 and cells(rows[0]) == cells(rows[1]) == 8
     assert all(cells(r) == 8 for r in rows)
 
 
@@ -197,7 +197,7 @@ def test_json_on_ctrl_c(servers: dict[str, str], capsys: pytest.CaptureFixture[s
     def interrupt(*_a: Any, **_k: Any) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(ServerClient, "tokenize", interrupt)
+    monkeypatch.setattr(ServerClient, "token_ids", interrupt)
     rc = run(["validate", "--url", servers["correct"], "--lengths", "700", "--json"])
     res = json.loads(capsys.readouterr().out)
     assert rc == 130 and res["status"] == "interrupted"

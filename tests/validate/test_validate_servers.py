@@ -40,7 +40,9 @@ def test_correct_dcp_server_passes(servers: dict[str, str], capsys: pytest.Captu
     checks = _by_name(res)
     # one needle per rank, each really on that rank, each found
     needles = [c for c in res["checks"] if c["kind"] == "needle"]
-    assert [c["needle"]["ranks"] for c in needles] == [[0], [1], [2], [3]]
+    # + the tail probe: the end of rank 0's last chunk (its newest rows)
+    assert [c["needle"]["ranks"] for c in needles] == [[0], [1], [2], [3], [0]]
+    assert needles[-1]["name"] == "needle@1024 tail rank 0"
     assert all(c["needle_found"] and c["reference_needle_found"] for c in needles)
     assert all(c["first_divergence"] is None for c in res["checks"])
     # BF16 rounding of the rank partials is the only difference: far below the pass line
@@ -165,7 +167,7 @@ def test_no_reference_judges_retrieval_only_and_says_suspicious(
               "--lengths", "700", "--json"])
     res = json.loads(capsys.readouterr().out)
     assert rc == 1 and res["verdict"] == "suspicious"
-    assert [c["kind"] for c in res["checks"]] == ["needle"] * 4
+    assert [c["kind"] for c in res["checks"]] == ["needle"] * 5
     assert all(c["needle_found"] and c["verdict"] == "pass" for c in res["checks"])
     assert res["reference"] is None and res["noise_floor"] is None
     assert any("without a reference the numerics are unproven" in n for n in res["notes"])
