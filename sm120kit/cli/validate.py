@@ -76,6 +76,14 @@ def validate_cmd(url: str | None, reference_url: str | None, model: str | None,
     MODEL --decode-context-parallel-size 4 ...` (under collect's supervisor; the reference is the
     same line relaunched with DCP 1 unless --reference-url is given). Exit 0 pass, 1 suspicious,
     2 fail or bad input.
+
+    \b
+    Minimum context per error kind (N ranks, interleave I, indexer top-k K):
+      dropped rank                  N*I + needle + question (~300 at N 4, I 64)
+      wrong interleave, sparse      more than K tokens
+      wrong interleave, dense       (N+1)*I + needle + question + answer (~400)
+      LSE base 2 merged as base e   more than I (two ranks); size depends on the
+                                    ranks' LSE spread (docs/validate.md)
     """
     with _json_errors(as_json):
         return _validate(url, reference_url, model, api_key, reference_api_key, dcp, interleave,
