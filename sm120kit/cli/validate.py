@@ -98,13 +98,15 @@ def _json_errors(as_json: bool) -> Iterator[None]:
     try:
         yield
     except BaseException as exc:
-        if as_json:
-            status = "interrupted" if isinstance(exc, KeyboardInterrupt | click.Abort) else "error"
-            err: dict[str, Any] = {"type": type(exc).__name__,
-                                   "message": getattr(exc, "message", None) or str(exc)}
-            if isinstance(exc, UserError):
-                err["hint"] = exc.hint
-            dump_json("validate", {"status": status, "error": err})
+        if as_json:  # the error object of docs/json.md
+            stop = isinstance(exc, KeyboardInterrupt | click.Abort)
+            user = exc if isinstance(exc, UserError) else None
+            dump_json("validate", {
+                "status": "error",
+                "error": "interrupted" if stop else (
+                    user.message if user else f"{type(exc).__name__}: {exc}"),
+                "hint": user.hint if user else None,
+                "exit_code": 130 if stop else (user.exit_code if user else 2)})
         raise
 
 

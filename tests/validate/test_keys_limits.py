@@ -79,8 +79,8 @@ def test_401_is_one_line_naming_server_and_option(servers: dict[str, str],
     assert rc == 2 and err.startswith(f"error: reference {url}/v1/models: HTTP 401")
     # --json: the same failure is one JSON object on stdout
     rc, res = _json(capsys, "--url", url, *SMALL)
-    assert rc == 2 and res["status"] == "error" and "HTTP 401" in res["error"]["message"]
-    assert "--api-key" in res["error"]["message"]
+    assert rc == 2 and res["status"] == "error" and res["exit_code"] == 2
+    assert "HTTP 401" in res["error"] and "--api-key" in res["error"] and res["hint"]
 
 
 @pytest.mark.slow
@@ -200,4 +200,5 @@ def test_json_on_ctrl_c(servers: dict[str, str], capsys: pytest.CaptureFixture[s
     monkeypatch.setattr(ServerClient, "token_ids", interrupt)
     rc = run(["validate", "--url", servers["correct"], "--lengths", "700", "--json"])
     res = json.loads(capsys.readouterr().out)
-    assert rc == 130 and res["status"] == "interrupted"
+    assert rc == 130 and res["status"] == "error" and res["error"] == "interrupted"
+    assert res["exit_code"] == 130

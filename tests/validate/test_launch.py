@@ -109,6 +109,5 @@ def test_launch_crash_is_one_json_object(tmp_path: Path, capsys: pytest.CaptureF
     out = capsys.readouterr().out
     res = json.loads(out)  # one object, nothing else on stdout
     assert rc == 2 and res["status"] == "error" and res["command"] == "validate"
-    assert res["error"]["message"] == ("the DCP server crashed before it was ready: the command "
-                                       "exited with code 3")
-    assert "sm120kit diagnose" in res["error"]["hint"]
+    assert res["error"] == "the DCP server crashed before it was ready: the command exited with code 3"
+    assert "sm120kit diagnose" in res["hint"] and res["exit_code"] == 2
