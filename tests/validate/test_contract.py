@@ -33,13 +33,16 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     rec = d / "requests.jsonl"
     procs = [subprocess.Popen([sys.executable, str(SERVER), "--port", "0", "--record", str(rec),
                                *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for args in (["--dcp", "4", "--cp-kv-cache-interleave-size", "64"], ["--dcp", "1"])]
+             for args in (["--dcp", "4", "--cp-kv-cache-interleave-size", "64"], ["--dcp", "1"],
+                          ["--dcp", "4", "--cp-kv-cache-interleave-size", "64",
+                           "--read-interleave", "1"])]
     try:
-        url, ref = (f"http://127.0.0.1:{_port(p)}" for p in procs)
-        rc = run(["validate", "--url", url, "--reference-url", ref, "--dcp", "4", "--interleave",
-                  "64", "--prompt-lengths", "200", "--lengths", "700", "--max-tokens", "4",
-                  "--json"])
-        assert rc == 0
+        url, ref, wrong = (f"http://127.0.0.1:{_port(p)}" for p in procs)
+        common = ["--reference-url", ref, "--dcp", "4", "--interleave", "64", "--prompt-lengths",
+                  "200", "--lengths", "700", "--max-tokens", "4", "--json"]
+        assert run(["validate", "--url", url, *common]) == 0
+        # a diverging server: the teacher-forced scoring requests are sent (and recorded) too
+        assert run(["validate", "--url", wrong, *common]) == 2
     finally:
         for p in procs:
             p.terminate()
@@ -67,6 +70,8 @@ def test_requests_accepted_by_vllm_models(recorded: Path, contracts: dict[str, d
                                           version: str) -> None:
     paths = {json.loads(x)["path"] for x in recorded.read_text().splitlines()}
     assert paths == {"/tokenize", "/v1/completions"}
+    bodies = [json.loads(x)["body"] for x in recorded.read_text().splitlines()]
+    assert any(b.get("echo") and isinstance(b["prompt"][0], int) for b in bodies)  # scoring
     res = contracts[version]
     assert res["checked"] == len(recorded.read_text().splitlines()) > 10
     assert res["problems"] == []
