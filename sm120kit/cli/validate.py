@@ -6,6 +6,7 @@ systematic error, or unusable input / an unreachable server.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +37,11 @@ def _ints(value: str | None, name: str) -> list[int] | None:
 @click.option("--url", help="The DCP server, e.g. http://127.0.0.1:8000.")
 @click.option("--reference-url", help="A DCP-1 server of the same model, to compare against.")
 @click.option("--model", help="Served model name (default: the first one listed).")
+@click.option("--api-key", default=None, metavar="KEY",
+              help="Bearer key of the servers (vLLM --api-key) [env: VLLM_API_KEY, "
+                   "OPENAI_API_KEY]; launch mode uses the line's own --api-key.")
+@click.option("--reference-api-key", default=None, metavar="KEY",
+              help="Key of --reference-url when it differs from --api-key.")
 @options.dcp_option
 @options.interleave_option
 @options.block_size_option
@@ -54,7 +60,8 @@ def _ints(value: str | None, name: str) -> list[int] | None:
 @options.json_option
 @options.markdown_option
 @click.argument("launch", nargs=-1, type=click.UNPROCESSED)
-def validate_cmd(url: str | None, reference_url: str | None, model: str | None, dcp: int | None,
+def validate_cmd(url: str | None, reference_url: str | None, model: str | None,
+                 api_key: str | None, reference_api_key: str | None, dcp: int | None,
                  interleave: int | None, block_size: int | None, lengths: str | None,
                  prompt_lengths: str | None, max_tokens: int, top_logprobs: int, timeout: float,
                  out_dir: Path, ready_timeout: float, stall_timeout: float,
@@ -66,7 +73,27 @@ def validate_cmd(url: str | None, reference_url: str | None, model: str | None, 
     MODEL --decode-context-parallel-size 4 ...` (under collect's supervisor; the reference is the
     same line relaunched with DCP 1 unless --reference-url is given). Exit 0 pass, 1 suspicious,
     2 fail or bad input.
+
+    \b
+    Minimum context per error kind (N ranks, interleave I, indexer top-k K):
+      dropped rank                  N*I + needle + question (~300 at N 4, I 64)
+      wrong interleave, sparse      more than K tokens
+      wrong interleave, dense       (N+1)*I + needle + question + answer (~400)
+      LSE base 2 merged as base e   more than I (two ranks); size depends on the
+                                    ranks' LSE spread (docs/validate.md)
     """
+    return _validate(url, reference_url, model, api_key, reference_api_key, dcp, interleave,
+                     block_size, lengths, prompt_lengths, max_tokens, top_logprobs, timeout,
+                     out_dir, ready_timeout, stall_timeout, as_json, as_markdown, launch)
+
+
+
+def _validate(url: str | None, reference_url: str | None, model: str | None,
+              api_key: str | None, reference_api_key: str | None, dcp: int | None,
+              interleave: int | None, block_size: int | None, lengths: str | None,
+              prompt_lengths: str | None, max_tokens: int, top_logprobs: int, timeout: float,
+              out_dir: Path, ready_timeout: float, stall_timeout: float,
+              as_json: bool, as_markdown: bool, launch: tuple[str, ...]) -> int:
     argv = [a for a in launch]
     if argv and argv[0] == "--":
         argv = argv[1:]
@@ -81,7 +108,9 @@ def validate_cmd(url: str | None, reference_url: str | None, model: str | None, 
         url=url or "", reference_url=reference_url, model=model, dcp=dcp, interleave=interleave,
         block_size=block_size, lengths=_ints(lengths, "--lengths"),
         prompt_lengths=_ints(prompt_lengths, "--prompt-lengths"), max_tokens=max_tokens,
-        top_logprobs=top_logprobs, timeout=timeout)
+        top_logprobs=top_logprobs, timeout=timeout,
+        api_key=api_key or os.environ.get("VLLM_API_KEY") or os.environ.get("OPENAI_API_KEY"),
+        reference_api_key=reference_api_key)
     progress = None if (as_json or as_markdown) else _progress()
     if argv:
         settings = LaunchSettings(out_dir=out_dir, ready_timeout=ready_timeout,
@@ -197,7 +226,7 @@ def render_markdown(res: ValidateResult) -> str:
 
     out = [f"**sm120kit validate: {res.verdict.value}** — {cell(res.summary)}", ""]
     out += [f"- {cell(x)}" for x in _head_lines(res)]
-    out += ["", "| " + " | ".join(HEADS) + " |", "|" + "---|" * len(HEADS)]
+    out += ["", "| " + " | ".join(cell(h) for h in HEADS) + " |", "|" + "---|" * len(HEADS)]
     out += ["| " + " | ".join(cell(x) for x in _row(c)) + " |" for c in res.checks]
     why = [f"- **{cell(c.name)}** ({c.verdict.value}): {cell(r)}" for c in res.checks
            for r in c.reasons]

@@ -59,6 +59,43 @@ def diff(dcp: Completion, ref: Completion) -> Diff:
     )
 
 
+def token_id(token: str) -> int | None:
+    """``token_id:N`` (vLLM's return_tokens_as_token_ids) as N."""
+    head, _, tail = token.partition(":")
+    return int(tail) if head == "token_id" and tail.lstrip("-").isdigit() else None
+
+
+def _argmax(top: dict[str, float]) -> str | None:
+    return max(top, key=lambda t: top[t]) if top else None
+
+
+def forced_diff(dcp: Completion, ref: Completion, start: int, end: int) -> Diff:
+    """Both servers scored the same tokens (teacher forcing): at every position in
+    ``[start, end)`` compare the forced token's logprob, and each server's own top-1 token id;
+    where they differ, the reference's margin over DCP's choice says near-tie or error."""
+    n = min(end, len(dcp.logprobs), len(ref.logprobs))
+    at = [i for i in range(start, n)
+          if math.isfinite(dcp.logprobs[i]) and math.isfinite(ref.logprobs[i])]
+    deltas = [abs(dcp.logprobs[i] - ref.logprobs[i]) for i in at]
+    first = margin = None
+    bound = False
+    for i in at:
+        a = _argmax(dcp.top[i]) if i < len(dcp.top) else None
+        b = _argmax(ref.top[i]) if i < len(ref.top) else None
+        if a is not None and b is not None and a != b:
+            rtop = ref.top[i]
+            mine = rtop.get(a)
+            bound = mine is None
+            mine = min(rtop.values()) if mine is None else mine
+            first, margin = i - start, max(rtop[b] - mine, 0.0)
+            break
+    mx = max(deltas) if deltas else None
+    return Diff(compared=len(deltas), max_abs=mx,
+                mean_abs=sum(deltas) / len(deltas) if deltas else None,
+                max_at=at[deltas.index(mx)] - start if mx is not None else None,
+                first_divergence=first, margin=margin, margin_is_bound=bound)
+
+
 def judge_diff(d: Diff, th: Thresholds) -> tuple[Verdict, list[str]]:
     """Verdict and reasons from the numbers alone (needle retrieval is judged separately)."""
     fails: list[str] = []

@@ -23,6 +23,7 @@ from sm120kit.models.timeouts import DEFAULT_STALL_TIMEOUT_S
 from sm120kit.services.snapshot import BundleHooks
 from sm120kit.services.supervision import LaunchOptions, LaunchResult, LaunchSupervisor
 from sm120kit.validate.client import ServerClient
+from sm120kit.validate.identity import refuse_same
 from sm120kit.validate.kv import kv_capacity
 from sm120kit.validate.model import NoiseFloor, ServerFacts, ValidateResult
 from sm120kit.validate.run import (
@@ -67,6 +68,16 @@ def serve_url(argv: list[str]) -> str:
     return f"http://{host}:{port}"
 
 
+def launch_api_key(argv: list[str]) -> str | None:
+    """The first ``--api-key`` of the launch line (vLLM guards /v1/* with it), if any."""
+    for i, tok in enumerate(argv):
+        name, eq, val = tok.partition("=")
+        if name == "--api-key":
+            v = val if eq else (argv[i + 1] if i + 1 < len(argv) else "")
+            return v or None
+    return None
+
+
 def reference_argv(argv: list[str]) -> list[str]:
     """The same launch with DCP 1: the DCP size and interleave options removed, DCP 1 added."""
     out: list[str] = []
@@ -84,9 +95,10 @@ def reference_argv(argv: list[str]) -> list[str]:
 
 
 def _wait_ready(sup: LaunchSupervisor, thread: threading.Thread, url: str,
-                settings: LaunchSettings, label: str) -> None:
+                settings: LaunchSettings, label: str, api_key: str | None) -> None:
+    """Until ``/v1/models`` answers; a 401 is raised at once (a wrong key never gets ready)."""
     deadline = time.monotonic() + settings.ready_timeout
-    with ServerClient(url, label=label, timeout=10.0) as probe:
+    with ServerClient(url, label=label, timeout=10.0, api_key=api_key) as probe:
         while time.monotonic() < deadline:
             if not thread.is_alive():
                 return  # ended before ready: the caller reports the supervisor's outcome
@@ -94,17 +106,19 @@ def _wait_ready(sup: LaunchSupervisor, thread: threading.Thread, url: str,
                 try:
                     probe.models()
                     return
-                except UserError:
-                    pass
+                except UserError as exc:
+                    if "HTTP 401" in exc.message:
+                        raise
             time.sleep(0.5)
     sup.report_stall(f"not ready after {settings.ready_timeout:.0f}s")
     thread.join()
 
 
 @contextmanager
-def launched(argv: list[str], settings: LaunchSettings, label: str,
-             say: Progress) -> Iterator[tuple[str, LaunchSupervisor]]:
-    """Run ``argv`` under collect's supervisor until the block ends; its URL and supervisor."""
+def launched(argv: list[str], settings: LaunchSettings, label: str, say: Progress,
+             api_key: str | None = None) -> Iterator[tuple[str, LaunchSupervisor]]:
+    """Run ``argv`` under collect's supervisor until the block ends; its URL and supervisor.
+    (All of validate's launch supervision is here: one place to swap the supervisor.)"""
     url = serve_url(argv)
     opts = LaunchOptions(out_dir=settings.out_dir, stall_timeout=settings.stall_timeout,
                          echo=False, doctor=False, hooks=settings.hooks)
@@ -113,7 +127,12 @@ def launched(argv: list[str], settings: LaunchSettings, label: str,
     thread = threading.Thread(target=lambda: box.setdefault("r", sup.run()), daemon=True,
                               name=f"validate-{label}")
     thread.start()
-    _wait_ready(sup, thread, url, settings, label)
+    try:
+        _wait_ready(sup, thread, url, settings, label, api_key)
+    except BaseException:  # a 401, Ctrl-C: stop the server before saying why
+        sup.stop_requested.set()
+        thread.join()
+        raise
     if not thread.is_alive():
         _raise_outcome(box.get("r"), label, "before it was ready")
     try:
@@ -153,14 +172,18 @@ def validate_launch(argv: list[str], opts: ValidateOptions, settings: LaunchSett
     say = progress or (lambda _m: None)
     notes: list[str] = []
     sa = parse_serve_args(argv)
-    opts = replace(opts, dcp=opts.dcp or sa.dcp, interleave=opts.interleave or sa.interleave,
-                   block_size=opts.block_size or sa.effective_block_size,
-                   layout_source="launch line")
+    opts.check()
+    opts = replace(opts, dcp=sa.dcp if opts.dcp is None else opts.dcp,
+                   interleave=sa.interleave if opts.interleave is None else opts.interleave,
+                   block_size=sa.effective_block_size if opts.block_size is None
+                   else opts.block_size,
+                   layout_source="launch line", api_key=launch_api_key(argv) or opts.api_key)
     layout = dcp_layout(opts, notes)
-    with launched(argv, settings, "DCP server", say) as (url, sup):
-        with ServerClient(url, label="server", timeout=opts.timeout, model=opts.model) as dcp:
+    with launched(argv, settings, "DCP server", say, opts.api_key) as (url, sup):
+        with opts.client(url, "server") as dcp:
             server = server_facts(dcp)
-            planned = plan(opts, dcp, server, layout, True)
+            ref_facts = _given_reference(opts, dcp)
+            planned = plan(opts, dcp, server, layout, True, ref_facts)
             notes += placement_notes(planned, layout)
             mine = answers(dcp, planned, opts, say)
         log = _log_text(sup)
@@ -172,13 +195,22 @@ def validate_launch(argv: list[str], opts: ValidateOptions, settings: LaunchSett
     return res
 
 
+def _given_reference(opts: ValidateOptions, dcp: ServerClient) -> ServerFacts | None:
+    """With --reference-url: refuse the launched server itself, and learn its max_model_len."""
+    if not opts.reference_url:
+        return None
+    with opts.client(opts.reference_url, "reference", dcp.model) as ref:
+        refuse_same(dcp.url, ref.url, dcp.metrics(), ref.metrics(), opts.dcp)
+        return server_facts(ref)
+
+
 def _reference(argv: list[str], opts: ValidateOptions, settings: LaunchSettings,
                server: ServerFacts, planned: list[Planned], notes: list[str],
                say: Progress) -> tuple[ServerFacts, list[Any], NoiseFloor | None]:
     model = opts.model or server.model
 
     def ask(url: str) -> tuple[ServerFacts, list[Any], NoiseFloor | None]:
-        with ServerClient(url, label="reference", timeout=opts.timeout, model=model) as ref:
+        with opts.client(url, "reference", model) as ref:
             facts = server_facts(ref)
             theirs = answers(ref, planned, opts, say)
             return facts, theirs, noise_floor(ref, planned, theirs, opts, say)
@@ -186,5 +218,6 @@ def _reference(argv: list[str], opts: ValidateOptions, settings: LaunchSettings,
     if opts.reference_url:
         return ask(opts.reference_url)
     notes.append("reference: the same launch line relaunched with DCP 1")
-    with launched(reference_argv(argv), settings, "reference", say) as (url, _sup):
+    with launched(reference_argv(argv), settings, "reference", say,
+                  opts.reference_api_key or opts.api_key) as (url, _sup):
         return ask(url)

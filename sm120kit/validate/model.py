@@ -131,6 +131,9 @@ class Check:
     needle: NeedlePlacement | None = None
     needle_found: bool | None = None
     reference_needle_found: bool | None = None
+    #: positions of the reference's continuation scored on both servers (teacher forcing, run
+    #: when the greedy texts diverge); the max/mean|Δ| then cover them
+    forced_positions: int | None = None
 
 
 @dataclass
@@ -180,6 +183,8 @@ class ValidateResult:
     noise_floor: NoiseFloor | None = None
     notes: list[str] = field(default_factory=list)
     launch: dict[str, Any] | None = None
+    #: HTTP requests sent, per server and endpoint kind (the count said up front is "planned")
+    requests: dict[str, int] = field(default_factory=dict)
 
     @property
     def exit_code(self) -> int:

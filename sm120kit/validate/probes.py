@@ -60,6 +60,22 @@ def target_start(layout: DcpLayout, length: int, rank: int, needle_tokens: int,
     return c * i + pad
 
 
+def tail_start(layout: DcpLayout, length: int, needle_tokens: int,
+               tail_tokens: int) -> int | None:
+    """First token of a needle at the end of rank 0's last interleave chunk that still leaves
+    ``tail_tokens`` (question and answer) in the prompt: the newest rows of rank 0, the rows a
+    rank misses when the top-k ids are converted with a smaller interleave (see
+    docs/validate.md, "error models"); None if the length has no such chunk."""
+    i, n = layout.interleave, layout.dcp
+    if n < 2 or i < needle_tokens + 4:  # the needle must fit in one chunk
+        return None
+    c = (length - tail_tokens - i) // i
+    c -= c % n  # rank 0 owns chunks 0, n, 2n, ...
+    if c < n:
+        return None
+    return c * i + i - needle_tokens - 2
+
+
 def _pad_to(count: Counter, text: str, target: int) -> tuple[str, int]:
     """``text`` + short words, as close to ``target`` tokens as they get (never past it)."""
     def make(n: int) -> str:
@@ -79,25 +95,30 @@ def _pad_to(count: Counter, text: str, target: int) -> tuple[str, int]:
 
 
 def build_probe(count: Counter, layout: DcpLayout, length: int, rank: int, seed: int,
-                answer_tokens: int) -> Probe | str:
-    """The probe prompt, or a one-line reason why this length cannot hold a needle on ``rank``."""
+                answer_tokens: int, tail: bool = False) -> Probe | str:
+    """The probe prompt, or a one-line reason why this length cannot hold a needle on ``rank``.
+    ``tail``: the needle at the end of rank 0's last chunk, the question right after it."""
     needle = make_needle(seed)
     base = filler(seed, 4)
     n_needle = count(base + needle.sentence) - count(base)
     n_question = count(base + needle.question) - count(base)
-    tail = n_question + 8
-    start = target_start(layout, length - answer_tokens, rank, n_needle, tail)
+    after = n_question + 8
+    start = (tail_start(layout, length, n_needle, n_question + answer_tokens) if tail else
+             target_start(layout, length - answer_tokens, rank, n_needle, after))
     if start is None:
-        return f"{length} tokens are too few to put a needle on rank {rank}"
+        return (f"{length} tokens, interleave {layout.interleave}: no tail chunk for a needle"
+                if tail else f"{length} tokens are too few to put a needle on rank {rank}")
     prefix = fit_filler(count, start - 8, seed)
     prefix, s = _pad_to(count, prefix, start)
     body = prefix + needle.sentence
     e = count(body)
     budget = length - answer_tokens - n_question
-    body = fit_filler(count, budget, seed + 1, lead=body)
+    if not tail:
+        body = fit_filler(count, budget, seed + 1, lead=body)
     prompt = body + needle.question
     place = NeedlePlacement(target_rank=rank, start=s, end=e, ranks=owners(layout, s, e))
-    return Probe(name=f"needle@{length} rank {rank}", prompt=prompt, tokens=count(prompt),
+    name = f"needle@{length} tail rank {rank}" if tail else f"needle@{length} rank {rank}"
+    return Probe(name=name, prompt=prompt, tokens=count(prompt),
                  needle=needle, placement=place)
 
 

@@ -12,7 +12,8 @@ from typing import Any
 
 from sm120kit.errors import UserError
 from sm120kit.validate.client import Completion, ServerClient
-from sm120kit.validate.compare import diff, judge_diff
+from sm120kit.validate.compare import Diff, diff, forced_diff, judge_diff, token_id
+from sm120kit.validate.identity import check_options, refuse_same
 from sm120kit.validate.kv import kv_capacity
 from sm120kit.validate.model import (
     Check,
@@ -48,17 +49,28 @@ class ValidateOptions:
     seed: int = 0
     thresholds: Thresholds = field(default_factory=Thresholds)
     log_text: str | None = None  # the DCP server's launch log, when validate launched it
+    api_key: str | None = None  # Bearer token for --url (vLLM's --api-key)
+    reference_api_key: str | None = None  # for --reference-url; None = api_key
+
+    def check(self) -> None:
+        check_options(top_logprobs=self.top_logprobs, max_tokens=self.max_tokens,
+                      answer_tokens=self.answer_tokens, dcp=self.dcp,
+                      interleave=self.interleave, block_size=self.block_size)
+
+    def client(self, url: str, label: str, model: str | None = None) -> ServerClient:
+        key = self.reference_api_key if label == "reference" else None
+        return ServerClient(url, label=label, timeout=self.timeout, model=model or self.model,
+                            api_key=key or self.api_key)
 
 
 Progress = Callable[[str], None]
 
 
 def dcp_layout(opts: ValidateOptions, notes: list[str]) -> DcpLayout:
-    dcp = opts.dcp or 1
-    inter = opts.interleave or 1
-    bs = opts.block_size or 64
-    if dcp < 1 or inter < 1 or bs < 1:
-        raise UserError("--dcp, --interleave and --block-size must be positive")
+    opts.check()
+    dcp = 1 if opts.dcp is None else opts.dcp
+    inter = 1 if opts.interleave is None else opts.interleave
+    bs = 64 if opts.block_size is None else opts.block_size
     if bs % inter:
         raise UserError(f"block size {bs} is not a multiple of interleave {inter}",
                         hint="vLLM requires cp_kv_cache_interleave_size to divide the block size")
@@ -70,15 +82,17 @@ def dcp_layout(opts: ValidateOptions, notes: list[str]) -> DcpLayout:
     return DcpLayout(dcp=dcp, interleave=inter, block_size=bs, source=src)
 
 
-def _counter(client: ServerClient) -> Callable[[str], int]:
-    cache: dict[str, int] = {}
+class _Counter:
+    """Token counts by the server's tokenizer, one /tokenize request per distinct text."""
 
-    def count(text: str) -> int:
-        if text not in cache:
-            cache[text] = client.tokenize(text)
-        return cache[text]
+    def __init__(self, client: ServerClient) -> None:
+        self.client = client
+        self.ids: dict[str, list[int]] = {}
 
-    return count
+    def __call__(self, text: str) -> int:
+        if text not in self.ids:
+            self.ids[text] = self.client.token_ids(text)
+        return len(self.ids[text])
 
 
 def _prompt_lengths(opts: ValidateOptions, max_len: int) -> list[int]:
@@ -88,11 +102,11 @@ def _prompt_lengths(opts: ValidateOptions, max_len: int) -> list[int]:
     return sorted({min(256, cap), min(2048, cap // 2)})
 
 
-def _needle_lengths(opts: ValidateOptions, max_len: int | None) -> list[int]:
+def _needle_lengths(opts: ValidateOptions, max_len: int | None, url: str) -> list[int]:
     if opts.lengths:
         return opts.lengths
     if max_len is None:
-        raise UserError("the server does not report max_model_len in /v1/models",
+        raise UserError(f"server {url}/v1/models does not report max_model_len",
                         hint="pass the probe lengths: --lengths 4096,32768")
     return auto_lengths(max_len, opts.answer_tokens)
 
@@ -102,12 +116,12 @@ def _check_lengths(lengths: list[int], max_len: int | None, answer: int) -> None
         if n < 64:
             raise UserError(f"length {n} is too short for a probe (at least 64 tokens)")
         if max_len is not None and n + answer > max_len:
-            raise UserError(f"length {n} + {answer} answer tokens exceeds the server's "
-                            f"max_model_len {max_len}")
+            raise UserError(f"length {n} + {answer} answer tokens exceeds max_model_len "
+                            f"{max_len} (of the server, or of the reference when smaller)")
 
 
 def _compare(name: str, kind: Any, tokens: int, mine: Completion, ref: Completion | None,
-             th: Thresholds) -> Check:
+             th: Thresholds, forced: Diff | None = None) -> Check:
     chk = Check(name=name, kind=kind, context_tokens=tokens, verdict=Verdict.PASS,
                 dcp_text=mine.text, reference_text=None if ref is None else ref.text)
     if ref is None:
@@ -117,7 +131,41 @@ def _compare(name: str, kind: Any, tokens: int, mine: Completion, ref: Completio
     chk.compared_positions = d.compared
     chk.max_abs_diff, chk.mean_abs_diff, chk.max_diff_position = d.max_abs, d.mean_abs, d.max_at
     chk.first_divergence, chk.divergence_margin = d.first_divergence, d.margin
+    if forced is not None:
+        _add_forced(chk, forced, th)
     return chk
+
+
+def _add_forced(chk: Check, f: Diff, th: Thresholds) -> None:
+    """The teacher-forced comparison: every position of the reference's continuation."""
+    v, why = judge_diff(f, th)
+    chk.verdict = worst([chk.verdict, v])
+    chk.reasons += [f"teacher-forced over the reference's {f.compared} tokens: {r}".replace(
+        "greedy tokens diverge at generated token", "top-1 token ids differ at position")
+        for r in why]
+    chk.forced_positions = f.compared
+    chk.compared_positions = f.compared
+    chk.max_abs_diff, chk.mean_abs_diff, chk.max_diff_position = f.max_abs, f.mean_abs, f.max_at
+
+
+def teacher_force(dcp: ServerClient, ref: ServerClient, planned: list[Planned],
+                  mine: list[Completion | None], theirs: list[Completion | None],
+                  opts: ValidateOptions, say: Progress) -> list[Diff | None]:
+    """Where the greedy texts diverge, score the reference's continuation on both servers (one
+    request each) and compare every position by token id; elsewhere the greedy answers already
+    compared every generated position (None)."""
+    out: list[Diff | None] = []
+    for p, m, r in zip(planned, mine, theirs, strict=True):
+        cont = [token_id(t) for t in r.tokens] if r is not None else []
+        if m is None or r is None or p.ids is None or m.tokens == r.tokens or None in cont:
+            out.append(None)
+            continue
+        ids = p.ids + [c for c in cont if c is not None]
+        say(f"teacher forcing: {p.name} ({len(cont)} tokens)")
+        fm = dcp.score(ids, top_logprobs=opts.top_logprobs)
+        fr = ref.score(ids, top_logprobs=opts.top_logprobs)
+        out.append(forced_diff(fm, fr, len(p.ids), len(ids)))
+    return out
 
 
 def _judge_needle(chk: Check, probe: Probe) -> None:
@@ -146,9 +194,11 @@ def server_facts(client: ServerClient) -> ServerFacts:
 
 def _summary(checks: list[Check], verdict: Verdict, has_ref: bool) -> str:
     bad = [c for c in checks if c.verdict is not Verdict.PASS]
+    if not bad and verdict is Verdict.PASS:
+        return f"PASS: {len(checks)} checks agree with the reference within noise"
     if not bad:
-        return (f"PASS: {len(checks)} checks agree with the reference within noise" if has_ref
-                else f"PASS: {len(checks)} needle probes retrieved")
+        return (f"{verdict.value.upper()}: {len(checks)} needle probes retrieved, but without a "
+                "reference (--reference-url) the numerics are unproven")
     first = sorted(bad, key=lambda c: c.verdict is not Verdict.FAIL)[0]
     why = first.reasons[0] if first.reasons else ""
     return (f"{verdict.value.upper()}: {len(bad)} of {len(checks)} checks off; "
@@ -166,13 +216,20 @@ class Planned:
     max_tokens: int
     probe: Probe | None = None
     skipped: str | None = None  # why this check could not be built
+    ids: list[int] | None = None  # the prompt's token ids (for teacher forcing)
+
+
+def usable_len(server: ServerFacts, reference: ServerFacts | None) -> int | None:
+    """The longest context both servers accept (the reference's limit counts too)."""
+    lens = [f.max_model_len for f in (server, reference) if f is not None and f.max_model_len]
+    return min(lens) if lens else None
 
 
 def plan(opts: ValidateOptions, dcp: ServerClient, server: ServerFacts, layout: DcpLayout,
-         with_reference: bool) -> list[Planned]:
+         with_reference: bool, reference: ServerFacts | None = None) -> list[Planned]:
     """The prompts, sized with the DCP server's tokenizer (the reference runs the same model)."""
-    count = _counter(dcp)
-    mml = server.max_model_len
+    count = _Counter(dcp)
+    mml = usable_len(server, reference)
     out: list[Planned] = []
     if with_reference:
         plens = _prompt_lengths(opts, mml) if mml else (opts.prompt_lengths or [256])
@@ -180,17 +237,23 @@ def plan(opts: ValidateOptions, dcp: ServerClient, server: ServerFacts, layout: 
         for n in plens:
             for i, kind in enumerate(PROMPT_KINDS):
                 prompt = reference_prompt(kind, opts.seed + i, count, n)
-                out.append(Planned(f"{kind}@{n}", "prompt", prompt, count(prompt), opts.max_tokens))
-    lengths = _needle_lengths(opts, mml)
+                out.append(Planned(f"{kind}@{n}", "prompt", prompt, count(prompt), opts.max_tokens,
+                                   ids=count.ids[prompt]))
+    lengths = _needle_lengths(opts, mml, server.url)
     _check_lengths(lengths, mml, opts.answer_tokens)
     for n in lengths:
-        for rank in range(layout.dcp):
-            probe = build_probe(count, layout, n, rank, opts.seed + rank, opts.answer_tokens)
+        for rank in range(layout.dcp + 1):
+            tail = rank == layout.dcp  # + the tail probe: rank 0's newest rows
+            probe = build_probe(count, layout, n, 0 if tail else rank, opts.seed + rank,
+                                opts.answer_tokens, tail=tail)
             if isinstance(probe, str):
-                out.append(Planned(f"needle@{n} rank {rank}", "needle", "", n, 0, skipped=probe))
+                if not tail:  # no tail chunk (DCP 1, interleave shorter than the needle): nothing to add
+                    out.append(Planned(f"needle@{n} rank {rank}", "needle", "", n, 0,
+                                       skipped=probe))
             else:
                 out.append(Planned(probe.name, "needle", probe.prompt, probe.tokens,
-                                   opts.answer_tokens, probe=probe))
+                                   opts.answer_tokens, probe=probe,
+                                   ids=count.ids.get(probe.prompt)))
     return out
 
 
@@ -219,7 +282,8 @@ def answers(client: ServerClient, planned: list[Planned], opts: ValidateOptions,
 
 
 def judge(planned: list[Planned], mine: list[Completion | None],
-          theirs: list[Completion | None] | None, th: Thresholds) -> list[Check]:
+          theirs: list[Completion | None] | None, th: Thresholds,
+          forced: list[Diff | None] | None = None) -> list[Check]:
     checks = []
     for i, p in enumerate(planned):
         got = mine[i]
@@ -227,7 +291,8 @@ def judge(planned: list[Planned], mine: list[Completion | None],
             checks.append(Check(name=p.name, kind=p.kind, context_tokens=p.tokens,
                                 verdict=Verdict.SUSPICIOUS, reasons=[p.skipped or "no answer"]))
             continue
-        chk = _compare(p.name, p.kind, p.tokens, got, None if theirs is None else theirs[i], th)
+        chk = _compare(p.name, p.kind, p.tokens, got, None if theirs is None else theirs[i], th,
+                       forced[i] if forced else None)
         if p.probe is not None:
             _judge_needle(chk, p.probe)
         checks.append(chk)
@@ -261,14 +326,15 @@ def noise_floor(ref: ServerClient, planned: list[Planned], solo: list[Completion
 def result(server: ServerFacts, reference: ServerFacts | None, layout: DcpLayout,
            opts: ValidateOptions, planned: list[Planned], mine: list[Completion | None],
            theirs: list[Completion | None] | None, floor: NoiseFloor | None,
-           notes: list[str], kv: KvCapacity | None) -> ValidateResult:
+           notes: list[str], kv: KvCapacity | None,
+           forced: list[Diff | None] | None = None) -> ValidateResult:
     """Judge the answers against the lines (raised to the measured noise floor) and sum up."""
     th = opts.thresholds.widened(floor)
     if floor is not None and th != opts.thresholds:
         floor.widened = True
         notes.append("the reference's own noise floor is above the default lines: lines raised "
                      "to 3x it")
-    checks = judge(planned, mine, theirs, th)
+    checks = judge(planned, mine, theirs, th, forced)
     verdict = worst([c.verdict for c in checks])
     if reference is None and verdict is Verdict.PASS:
         verdict = Verdict.SUSPICIOUS
@@ -283,30 +349,48 @@ def validate(opts: ValidateOptions, progress: Progress | None = None) -> Validat
     """Both servers already running (``opts.url`` and, optionally, ``opts.reference_url``)."""
     say = progress or (lambda _m: None)
     notes: list[str] = []
-    with ServerClient(opts.url, label="server", timeout=opts.timeout, model=opts.model) as dcp:
+    opts.check()
+    with opts.client(opts.url, "server") as dcp:
         server = server_facts(dcp)
         layout = dcp_layout(opts, notes)
+        metrics = dcp.metrics()
         reference = None
         ref_client = None
         if opts.reference_url:
-            ref_client = ServerClient(opts.reference_url, label="reference", timeout=opts.timeout,
-                                      model=opts.model or server.model)
+            ref_client = opts.client(opts.reference_url, "reference", opts.model or server.model)
         else:
             notes.append("no reference server (--reference-url): logprobs are not compared and "
                           "only needle retrieval is judged")
         try:
             if ref_client is not None:
+                refuse_same(dcp.url, ref_client.url, metrics, ref_client.metrics(), opts.dcp)
                 reference = server_facts(ref_client)
-            planned = plan(opts, dcp, server, layout, ref_client is not None)
+            planned = plan(opts, dcp, server, layout, ref_client is not None, reference)
             notes += placement_notes(planned, layout)
+            counts = announce(planned, dcp, ref_client is not None, say)
             mine = answers(dcp, planned, opts, say)
-            theirs = floor = None
+            theirs = floor = forced = None
             if ref_client is not None:
                 theirs = answers(ref_client, planned, opts, say)
+                forced = teacher_force(dcp, ref_client, planned, mine, theirs, opts, say)
                 floor = noise_floor(ref_client, planned, theirs, opts, say)
         finally:
             if ref_client is not None:
                 ref_client.close()
-        metrics = dcp.metrics() if layout.dcp > 1 and not opts.log_text else None
-    kv = kv_capacity(opts.log_text, metrics)
-    return result(server, reference, layout, opts, planned, mine, theirs, floor, notes, kv)
+        counts["server"] = dcp.requests
+        counts["reference"] = ref_client.requests if ref_client is not None else 0
+    kv = kv_capacity(opts.log_text, metrics if layout.dcp > 1 else None)
+    res = result(server, reference, layout, opts, planned, mine, theirs, floor, notes, kv, forced)
+    res.requests = counts
+    return res
+
+
+def announce(planned: list[Planned], dcp: ServerClient, with_ref: bool,
+             say: Progress) -> dict[str, int]:
+    """Say what the run will cost before the long requests start."""
+    n = sum(not p.skipped for p in planned)
+    tok = dcp.requests
+    say(f"plan: {len(planned)} checks sized with {tok} requests; now {n} completion requests "
+        f"per server" + (" (+1 batched noise-floor request on the reference, +1 per server for "
+                          "each check whose greedy texts diverge)" if with_ref else ""))
+    return {"planning": tok, "planned_completions_per_server": n}

@@ -21,6 +21,8 @@ CONFIGS = {
     "reference": ["--dcp", "1"],
     "correct": ["--dcp", "4", "--cp-kv-cache-interleave-size", "64"],
     "lse_base_e": ["--dcp", "4", "--cp-kv-cache-interleave-size", "64", "--merge-base", "e"],
+    "keyed": ["--dcp", "4", "--cp-kv-cache-interleave-size", "64", "--api-key", "s3cret-key"],
+    "short_reference": ["--dcp", "1", "--max-model-len", "1024"],
     "interleave_1": ["--dcp", "4", "--cp-kv-cache-interleave-size", "64", "--read-interleave", "1"],
 }
 

@@ -24,6 +24,89 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
 from tiny_model import TinyModel, encode, token_str  # noqa: E402
 
+STARTED = time.time()  # what prometheus_client reports as process_start_time_seconds
+
+
+def record(file: str | None, path: str, body: dict[str, Any]) -> None:
+    if file:
+        with open(file, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps({"path": path, "body": body}) + "\n")
+
+
+SCORE_WINDOW = 40  # prompt positions scored by the tiny model (validate scores <= 33: max_tokens+1)
+
+
+def _tok(i: int, as_id: bool) -> str:
+    return f"token_id:{i}" if as_id else token_str(i)
+
+
+def _prompt_scores(model: TinyModel, toks: list[int], k: int,
+                   as_id: bool) -> tuple[list[float | None], list[dict[str, float] | None]]:
+    """vLLM's prompt logprobs (echo): none for the first token, then each prompt token's logprob
+    given the tokens before it, with the top-k (and the token itself). The tiny model runs one
+    decode step per position (~50 ms on CPU), so only the last SCORE_WINDOW positions are scored
+    and the earlier ones are null: an SM120 GPU scores all of them in one prefill; validate
+    compares the continuation, which lies in the window."""
+    vals: list[float | None] = [None] * len(toks)
+    tops: list[dict[str, float] | None] = [None] * len(toks)
+    for i in range(max(1, len(toks) - SCORE_WINDOW), len(toks)):
+        lp = model.next_logprobs(toks[:i])
+        v, ids = torch.topk(lp, k)
+        top = {_tok(int(j), as_id): float(x) for j, x in zip(ids, v, strict=True)}
+        top[_tok(toks[i], as_id)] = float(lp[toks[i]])
+        vals[i], tops[i] = float(lp[toks[i]]), top
+    return vals, tops
+
+
+def _prompts(req: dict[str, Any]) -> list[list[int]]:
+    p = req["prompt"]
+    if isinstance(p, str):
+        return [encode(p)]
+    if p and all(isinstance(x, int) for x in p):
+        return [list(p)]  # one prompt of token ids
+    return [encode(x) if isinstance(x, str) else list(x) for x in p]
+
+
+def _choice(model: TinyModel, req: dict[str, Any], toks: list[int], n: int, k: int,
+            mode: str) -> dict[str, Any]:
+    as_id = bool(req.get("return_tokens_as_token_ids"))
+    steps = model.generate(toks, n, max(k, 1))
+    text = "".join(token_str(t) for t, _, _ in steps)
+    lp = None
+    if req.get("logprobs") is not None and mode != "nologprobs":
+        ids = [t for t, _, _ in steps]
+        vals: list[float | None] = [v for _, v, _ in steps]
+        tops: list[dict[str, float] | None] = [
+            {_tok(i, as_id): v for i, v in top.items()} for _, _, top in steps]
+        if req.get("echo"):
+            pv, pt = _prompt_scores(model, toks, k, as_id)
+            ids, vals, tops = toks + ids, pv + vals, pt + tops
+            text = "".join(token_str(t) for t in toks) + text
+        lp = {"tokens": [_tok(i, as_id) for i in ids], "token_logprobs": vals,
+              "top_logprobs": tops, "text_offset": list(range(len(ids)))}
+    return {"text": text, "logprobs": lp, "finish_reason": "length"}
+
+
+def completion(model: TinyModel, args: argparse.Namespace, req: dict[str, Any],
+               mode: str) -> tuple[int, dict[str, Any]]:
+    """(200, vLLM's CompletionResponse) or (400, the message and param of vLLM's error)."""
+    n = int(req.get("max_tokens") or 16)
+    k = int(req.get("logprobs") or 0)
+    if k > args.max_logprobs:
+        return 400, {"message": f"Requested sample logprobs of {k}, which is greater than max "
+                                f"allowed: {args.max_logprobs}", "param": "logprobs"}
+    choices = []
+    for idx, toks in enumerate(_prompts(req)):
+        if len(toks) + n > args.max_model_len:
+            return 400, {"message": f"This model's maximum context length is "
+                                    f"{args.max_model_len} tokens. However, your request has "
+                                    f"{len(toks)} input tokens and requests {n} output tokens. "
+                                    "Please reduce the length of the input messages.",
+                         "param": "prompt"}
+        choices.append({"index": idx, **_choice(model, req, toks, n, k, mode)})
+    return 200, {"id": "cmpl-0", "object": "text_completion", "model": args.model_name,
+                 "choices": choices}
+
 
 def make_handler(model: TinyModel, args: argparse.Namespace) -> type[BaseHTTPRequestHandler]:
     name = args.model_name
@@ -58,8 +141,25 @@ def make_handler(model: TinyModel, args: argparse.Namespace) -> type[BaseHTTPReq
             n = int(self.headers.get("content-length") or 0)
             return json.loads(self.rfile.read(n) or b"{}")
 
+        def _error(self, code: int, message: str, param: str | None = None) -> None:
+            """vLLM's ErrorResponse: {"error": {"message", "type", "param", "code"}}."""
+            kind = {400: "BadRequestError", 404: "NotFoundError"}.get(code, "InternalServerError")
+            self._send(code, {"error": {"message": message, "type": kind, "param": param,
+                                        "code": code}})
+
+        def _denied(self, path: str) -> bool:
+            """vLLM's --api-key middleware: /v1/* needs the Bearer key, else 401."""
+            if not args.api_key or not path.startswith("/v1"):
+                return False
+            if self.headers.get("Authorization") == f"Bearer {args.api_key}":
+                return False
+            self._send(401, {"error": "Unauthorized"})
+            return True
+
         def do_GET(self) -> None:
             path = self._route()
+            if self._denied(path):
+                return
             if self.mode == "slow":
                 time.sleep(5)
             if path == "/v1/models":
@@ -67,16 +167,19 @@ def make_handler(model: TinyModel, args: argparse.Namespace) -> type[BaseHTTPReq
                     {"id": name, "object": "model", "max_model_len": args.max_model_len}]})
             elif path == "/metrics":
                 text = (f'vllm:cache_config_info{{block_size="64",num_gpu_blocks="{args.blocks}"}}'
-                        " 1.0\n")
+                        f" 1.0\nprocess_start_time_seconds {STARTED:.2f}\n")
                 self._send(200, text.encode(), "text/plain")
             else:
-                self._send(404, {"error": "not found"})
+                self._error(404, f"no route {path}")
 
         def do_POST(self) -> None:
             path = self._route()
             if self.mode == "slow":
                 time.sleep(5)
             req = self._body()
+            record(args.record, path, req)
+            if self._denied(path):
+                return
             if path == "/tokenize":
                 toks = encode(req.get("prompt", ""))
                 self._send(200, {"count": len(toks), "max_model_len": args.max_model_len,
@@ -87,30 +190,14 @@ def make_handler(model: TinyModel, args: argparse.Namespace) -> type[BaseHTTPReq
                     time.sleep(3600)  # a wedged engine: the request never returns
                 self._complete(req)
             else:
-                self._send(404, {"error": "not found"})
+                self._error(404, f"no route {path}")
 
         def _complete(self, req: dict[str, Any]) -> None:
-            prompts = req["prompt"] if isinstance(req["prompt"], list) else [req["prompt"]]
-            n = int(req.get("max_tokens") or 16)
-            k = int(req.get("logprobs") or 0)
-            choices = []
-            for idx, prompt in enumerate(prompts):
-                toks = encode(prompt)
-                if len(toks) + n > args.max_model_len:
-                    self._send(400, {"error": {"message": "prompt too long"}})
-                    return
-                steps = model.generate(toks, n, max(k, 1))
-                lp = None
-                if req.get("logprobs") is not None and self.mode != "nologprobs":
-                    lp = {"tokens": [token_str(t) for t, _, _ in steps],
-                          "token_logprobs": [v for _, v, _ in steps],
-                          "top_logprobs": [{token_str(i): v for i, v in top.items()}
-                                           for _, _, top in steps],
-                          "text_offset": list(range(len(steps)))}
-                choices.append({"index": idx, "text": "".join(token_str(t) for t, _, _ in steps),
-                                "logprobs": lp, "finish_reason": "length"})
-            self._send(200, {"id": "cmpl-0", "object": "text_completion", "model": name,
-                             "choices": choices})
+            code, body = completion(model, args, req, self.mode)
+            if code != 200:
+                self._error(code, body["message"], body["param"])
+            else:
+                self._send(200, body)
 
     return Handler
 
@@ -128,15 +215,22 @@ def main() -> None:
     ap.add_argument("--store-interleave", type=int, default=None)
     ap.add_argument("--read-interleave", type=int, default=None)
     ap.add_argument("--merge-base", choices=("2", "e"), default="2")
+    ap.add_argument("--topk", type=int, default=256, help="indexer top-k (>= context: dense)")
+    ap.add_argument("--drop-rank", type=int, default=None, help="merge without this rank")
+    ap.add_argument("--rank-dtype", choices=("bf16", "fp32"), default="bf16")
     ap.add_argument("--hang-after", type=int, default=0, help="stop answering after N requests")
     ap.add_argument("--max-model-len", type=int, default=2048)
     ap.add_argument("--blocks", type=int, default=1000)
+    ap.add_argument("--api-key", default=os.environ.get("VLLM_API_KEY"))
+    ap.add_argument("--max-logprobs", type=int, default=20)
+    ap.add_argument("--record", help="append every POST body (JSON lines) to this file")
     args = ap.parse_args()
     args.model_name = args.model
     torch.set_num_threads(1)  # tiny tensors: threads only contend on a shared CI box
     inter = args.interleave or 64
     model = TinyModel(dcp=args.dcp, store_interleave=args.store_interleave or inter,
-                      read_interleave=args.read_interleave or inter, merge_base=args.merge_base)
+                      read_interleave=args.read_interleave or inter, merge_base=args.merge_base,
+                      topk=args.topk, drop_rank=args.drop_rank, rank_dtype=args.rank_dtype)
     srv = ThreadingHTTPServer((args.host, args.port), make_handler(model, args))
     # what vLLM prints at startup (gpu_worker / kv_cache_utils / uvicorn), with the fake's numbers
     tokens = args.blocks * 64 * args.dcp

@@ -101,3 +101,13 @@ def test_launch_with_reference_url_passes_a_correct_server(
     assert res["launch"]["reference_argv"] is None
     assert not any("relaunched" in n for n in res["notes"])
     assert list(tmp_path.iterdir()) == []
+
+
+def test_launch_crash_is_one_json_object(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc = run(["validate", "--json", "-o", str(tmp_path), "--", sys.executable, "-c",
+              "import sys; print('boom', file=sys.stderr); sys.exit(3)"])
+    out = capsys.readouterr().out
+    res = json.loads(out)  # one object, nothing else on stdout
+    assert rc == 2 and res["status"] == "error" and res["command"] == "validate"
+    assert res["error"] == "the DCP server crashed before it was ready: the command exited with code 3"
+    assert "sm120kit diagnose" in res["hint"] and res["exit_code"] == 2

@@ -40,7 +40,9 @@ def test_correct_dcp_server_passes(servers: dict[str, str], capsys: pytest.Captu
     checks = _by_name(res)
     # one needle per rank, each really on that rank, each found
     needles = [c for c in res["checks"] if c["kind"] == "needle"]
-    assert [c["needle"]["ranks"] for c in needles] == [[0], [1], [2], [3]]
+    # + the tail probe: the end of rank 0's last chunk (its newest rows)
+    assert [c["needle"]["ranks"] for c in needles] == [[0], [1], [2], [3], [0]]
+    assert needles[-1]["name"] == "needle@1024 tail rank 0"
     assert all(c["needle_found"] and c["reference_needle_found"] for c in needles)
     assert all(c["first_divergence"] is None for c in res["checks"])
     # BF16 rounding of the rank partials is the only difference: far below the pass line
@@ -77,6 +79,10 @@ def test_interleave_1_mapping_fails(servers: dict[str, str], capsys: pytest.Capt
         assert c["needle_found"] is False and c["reference_needle_found"] is True
         assert "the reference retrieves it, DCP does not" in c["reasons"][0]
         assert c["first_divergence"] is not None and c["divergence_margin"] > 0
+        # the reference's whole continuation scored on both (teacher forcing), by token id
+        assert c["forced_positions"] == 12 and c["compared_positions"] == 12
+        assert any(r.startswith("teacher-forced over the reference's 12 tokens: ")
+                   for r in c["reasons"])
     assert "needle@1024" in res["summary"] or "diverge at generated token" in res["summary"]
 
 
@@ -147,7 +153,7 @@ def test_bad_layout_is_bad_input(servers: dict[str, str], capsys: pytest.Capture
     rc, err = _error(capsys, "--url", servers["correct"], "--dcp", "4", "--interleave", "48")
     assert rc == 2 and "block size 64 is not a multiple of interleave 48" in err
     rc, err = _error(capsys, "--url", servers["correct"], "--lengths", "4096")
-    assert rc == 2 and "exceeds the server's max_model_len 2048" in err
+    assert rc == 2 and "exceeds max_model_len 2048" in err
 
 
 def test_no_url(capsys: pytest.CaptureFixture[str]) -> None:
@@ -161,7 +167,7 @@ def test_no_reference_judges_retrieval_only_and_says_suspicious(
               "--lengths", "700", "--json"])
     res = json.loads(capsys.readouterr().out)
     assert rc == 1 and res["verdict"] == "suspicious"
-    assert [c["kind"] for c in res["checks"]] == ["needle"] * 4
+    assert [c["kind"] for c in res["checks"]] == ["needle"] * 5
     assert all(c["needle_found"] and c["verdict"] == "pass" for c in res["checks"])
     assert res["reference"] is None and res["noise_floor"] is None
     assert any("without a reference the numerics are unproven" in n for n in res["notes"])

@@ -57,7 +57,8 @@ def token_id(s: str) -> int:
 
 class TinyModel:
     def __init__(self, *, dcp: int = 1, store_interleave: int = 64, read_interleave: int = 64,
-                 merge_base: str = "2", seed: int = 1234) -> None:
+                 merge_base: str = "2", seed: int = 1234, topk: int = TOPK,
+                 drop_rank: int | None = None, rank_dtype: str = "bf16") -> None:
         g = torch.Generator().manual_seed(seed)
         self.dcp, self.store_i, self.read_i, self.base = dcp, store_interleave, read_interleave, merge_base
         # E[h][offset, char] random unit vectors
@@ -66,6 +67,10 @@ class TinyModel:
         self.heads = len(NGRAMS) * dcp  # DCP all-gathers queries: N x the heads of one rank
         self.rdim = len(NGRAMS) * DK + VOCAB
         self.perm_seed = seed
+        # indexer top-k (a context longer than it is sparse), a rank whose partial the merge
+        # never receives (injected error), and the rank outputs' precision
+        self.topk, self.drop_rank = topk, drop_rank
+        self.rank_dtype = torch.bfloat16 if rank_dtype == "bf16" else torch.float32
 
     # --- keys / queries ------------------------------------------------------------------------
 
@@ -119,7 +124,9 @@ class TinyModel:
         for r in range(self.dcp):
             o, lse = ref.sparse_mla_decode(q, caches[r], None, phys[r][0], phys[r][1],
                                            softmax_scale=1.0, lse_base="2")
-            outs.append(o.to(torch.bfloat16).float())  # the kernels write BF16 outputs
+            if r == self.drop_rank:  # its all-to-all slot never written: zeros, LSE -inf
+                o, lse = torch.zeros_like(o), torch.full_like(lse, float("-inf"))
+            outs.append(o.to(self.rank_dtype).float())  # the kernels write BF16 outputs
             lses.append(lse)
         merged, _ = ref.lse_merge_a2a(outs, lses, base=self.base)
         return torch.cat(merged, dim=1)[0]  # [H_total, R]: rank r owns heads [r*h, (r+1)*h)
@@ -132,12 +139,13 @@ class TinyModel:
             rows = self._rows(tt)
         q = self._query(tt).unsqueeze(0)  # [1, H, R]
         # the indexer: the TOPK positions with the highest score of any head (all when fewer)
-        topk = torch.full((1, TOPK), -1, dtype=torch.int32)
-        if len(toks) <= TOPK:
+        kk = self.topk
+        topk = torch.full((1, kk), -1, dtype=torch.int32)
+        if len(toks) <= kk:
             topk[0, :len(toks)] = torch.arange(len(toks), dtype=torch.int32)
         else:
             score = (rows @ q[0, : len(NGRAMS)].T).max(dim=1).values
-            topk[0] = torch.topk(score, TOPK).indices.sort().values.to(torch.int32)
+            topk[0] = torch.topk(score, kk).indices.sort().values.to(torch.int32)
         caches, tables = self._shard(rows)
         tables_phys = []
         for r in range(self.dcp):

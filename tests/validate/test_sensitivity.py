@@ -1,0 +1,22 @@
+"""The acceptance matrix of issue 24: at max_model_len 2048 and 8192, with a sparse and a dense
+indexer top-k, and default validate settings (``--dcp 4 --interleave 64``, nothing else), each
+injected silent error fails (exit 2) and the correct server passes with BF16- and fp32-rounded
+rank outputs. Real server processes (``fake_server.py``: the tiny model on the project's reference
+DCP math; no SM120 GPU here); validate runs as the installed CLI in a subprocess."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.validate.sensitivity import CASES, EXPECT, SPARSE_TOPK, _cli, measure
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mml", [2048, 8192])
+@pytest.mark.parametrize("dense", [False, True], ids=["sparse", "dense"])
+def test_errors_fail_and_correct_passes(mml: int, dense: bool) -> None:
+    got = measure(mml, mml if dense else SPARSE_TOPK, list(CASES), _cli)
+    verdicts = {case: got[case]["rc"] for case in CASES}
+    assert verdicts == EXPECT, {c: got[c]["summary"] for c in CASES}
+    for case in ("correct_bf16", "correct_fp32"):
+        assert got[case]["max_abs"] < 0.05 and got[case]["needles_lost"] == 0
