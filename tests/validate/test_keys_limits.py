@@ -111,11 +111,14 @@ def _port() -> str:
 def test_limits_checked_before_any_request(capsys: pytest.CaptureFixture[str]) -> None:
     dead = f"http://127.0.0.1:{_port()}"  # nothing listens: an error here means no request
     for args, msg in ((["--top-logprobs", "21"], "--top-logprobs 21 is outside 1..20"),
-                      (["--top-logprobs", "0"], "--top-logprobs 0 is outside 1..20"),
-                      (["--dcp", "0"], "--dcp 0 is not a positive size"),
-                      (["--interleave", "0"], "--interleave 0 is not a positive size")):
+                      (["--top-logprobs", "0"], "--top-logprobs 0 is outside 1..20")):
         rc, err, _ = _err(capsys, "--url", dead, *args)
         assert rc == 2 and err.startswith(f"error: {msg}"), err
+    # --dcp / --interleave are the shared options (cli/options.py): 0 is a usage error, exit 2
+    for opt in ("--dcp", "--interleave"):
+        rc = run(["validate", "--url", dead, opt, "0"])
+        cap = capsys.readouterr()
+        assert rc == 2 and f"Invalid value for '{opt}': 0 is not in the range x>=1" in cap.err
 
 
 def test_reference_max_model_len_limits_the_plan(servers: dict[str, str],
