@@ -32,11 +32,13 @@ NOT_EVIDENCE = [
 
 
 def _source_lines(urls: list[str]) -> list[str]:
-    """Every line of the field-corpus logs whose thread is one of ``urls``."""
+    """Every line of the tuning-corpus logs (field-logs, field-logs-b) whose thread is one of ``urls``."""
     out: list[str] = []
-    for e in json.loads((FIELD / "manifest.json").read_text()):
-        if e.get("source_url") in urls:
-            out += (FIELD / e["file"]).read_text(encoding="utf-8", errors="replace").splitlines()
+    for corpus in (FIELD, DATA / "field-logs-b"):
+        for e in json.loads((corpus / "manifest.json").read_text()):
+            if e.get("source_url") in urls:
+                out += (corpus / e["file"]).read_text(encoding="utf-8",
+                                                      errors="replace").splitlines()
     return out
 
 

@@ -170,14 +170,14 @@ def scores(results: list[tuple[dict[str, Any], dict[str, Any]]]) -> dict[str, An
 
 
 # measured on the tuning corpus (field-logs + field-logs-b); floors are the measured values
-FLOORS = {"top1": 39, "top3": 42}  # of 79 known causes
+FLOORS = {"top1": 51, "top3": 54}  # of 79 known causes
 FALSE_ALL_CLEAR_MAX = 7  # measured (issue 21 target: 0)
 BENIGN_EXIT1_MAX = 4  # measured (issue 21 target: 0)
 BENIGN_WRONG_MAX = 4  # benign logs not answered 0 with a healthy/progressing verdict
 PROGRESSING_WRONG_MAX = 1  # measured: vllm-46764 (issue 21 target: 0)
 REFUSED_MAX = 1  # field-logs-b/vllm-7151: prose only, no log line; exit 2 is the documented answer
-CONFIDENT_WRONG_MAX = 11  # measured: 11 of 155 top-3 findings
-HIGH_BIN_FLOOR = 0.78  # measured 41/52 (issue 21 target: 0.90)
+CONFIDENT_WRONG_MAX = 4  # measured: 4 of 155 top-3 findings
+HIGH_BIN_FLOOR = 0.92  # measured 52/56 (issue 21 target: 0.90)
 
 
 def _print_table(label: str, s: dict[str, Any]) -> None:
