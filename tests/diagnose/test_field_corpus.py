@@ -170,14 +170,15 @@ def scores(results: list[tuple[dict[str, Any], dict[str, Any]]]) -> dict[str, An
 
 
 # measured on the tuning corpus (field-logs + field-logs-b); floors are the measured values
-FLOORS = {"top1": 51, "top3": 54}  # of 79 known causes
+FLOORS = {"top1": 52, "top3": 54}  # of 79 known causes
 FALSE_ALL_CLEAR_MAX = 7  # measured (issue 21 target: 0)
 BENIGN_EXIT1_MAX = 4  # measured (issue 21 target: 0)
 BENIGN_WRONG_MAX = 4  # benign logs not answered 0 with a healthy/progressing verdict
 PROGRESSING_WRONG_MAX = 1  # measured: vllm-46764 (issue 21 target: 0)
 REFUSED_MAX = 1  # field-logs-b/vllm-7151: prose only, no log line; exit 2 is the documented answer
-CONFIDENT_WRONG_MAX = 4  # measured: 4 of 155 top-3 findings
-HIGH_BIN_FLOOR = 0.92  # measured 52/56 (issue 21 target: 0.90)
+CONFIDENT_WRONG_MAX = 1  # measured: 1 of 155 top-3 findings (jasl-ds4-mtp2-attempt-0731)
+HIGH_BIN_FLOOR = 0.98  # measured 52/53 (issue 21 target: 0.90)
+MID_BIN_FLOOR = 0.72  # measured 34/47 (issue 21 target: 0.60)
 
 
 def _print_table(label: str, s: dict[str, Any]) -> None:
@@ -208,3 +209,5 @@ def test_tuning_table_and_calibration(results: list[tuple[dict[str, Any], dict[s
     assert s["confident_wrong"] <= CONFIDENT_WRONG_MAX, s
     k, ok = s["bins"][">=0.8"]
     assert k and ok / k >= HIGH_BIN_FLOOR, f"findings at >= 0.8 right {ok}/{k}"
+    k, ok = s["bins"]["0.5-0.8"]
+    assert k and ok / k >= MID_BIN_FLOOR, f"findings at 0.5-0.8 right {ok}/{k}"
