@@ -172,11 +172,11 @@ def scores(results: list[tuple[dict[str, Any], dict[str, Any]]]) -> dict[str, An
 # measured on the tuning corpus (field-logs + field-logs-b); floors are the measured values
 FLOORS = {"top1": 55, "top3": 57}  # of 79 known causes
 FALSE_ALL_CLEAR_MAX = 7  # measured (issue 21 target: 0)
-BENIGN_EXIT1_MAX = 4  # measured (issue 21 target: 0)
-BENIGN_WRONG_MAX = 4  # benign logs not answered 0 with a healthy/progressing verdict
-PROGRESSING_WRONG_MAX = 1  # measured: vllm-46764 (issue 21 target: 0)
+BENIGN_EXIT1_MAX = 3  # measured: vllm-13144, vllm-48214, vllmascend-3508 (issue 21 target: 0)
+BENIGN_WRONG_MAX = 3  # benign logs not answered 0 with a healthy/progressing verdict
+PROGRESSING_WRONG_MAX = 0
 REFUSED_MAX = 1  # field-logs-b/vllm-7151: prose only, no log line; exit 2 is the documented answer
-CONFIDENT_WRONG_MAX = 1  # measured: 1 of 157 top-3 findings (jasl-ds4-mtp2-attempt-0731)
+CONFIDENT_WRONG_MAX = 1  # measured: 1 of 156 top-3 findings (jasl-ds4-mtp2-attempt-0731)
 HIGH_BIN_FLOOR = 0.98  # measured 53/54 (issue 21 target: 0.90)
 MID_BIN_FLOOR = 0.73  # measured 36/49 (issue 21 target: 0.60)
 
