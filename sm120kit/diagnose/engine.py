@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, BinaryIO
 
+from sm120kit.diagnose.catalogue import announces_long_step
 from sm120kit.diagnose.catalogue import load as load_catalogue
 from sm120kit.diagnose.rules import run_rules
 from sm120kit.diagnose.rules.base import BundleFacts, Finding, RuleContext, StackView, field_phase
@@ -510,6 +511,10 @@ def _verdict(an: LogAnalysis, facts: BundleFacts | None, findings: list[Finding]
         where = f" [phase: {ph}]" if ph else ""
         state = "stalled" if any(f.category in _STALL_CATS for f in findings[:1]) else "failed"
         return f"{top.category}: {top.summary}{where}", state, ph
+    last = an.last_text
+    if last is not None and not an.failures and announces_long_step(last.text):
+        return (f"progressing: {stage or 'startup'}; the last line announces a step that takes "
+                f"minutes ({last.ref}): the quiet after it is expected"), "progressing", phase
     prog = an.progressing_verdict()
     if prog is not None:
         return prog, "progressing", phase

@@ -32,11 +32,13 @@ NOT_EVIDENCE = [
 
 
 def _source_lines(urls: list[str]) -> list[str]:
-    """Every line of the field-corpus logs whose thread is one of ``urls``."""
+    """Every line of the tuning-corpus logs (field-logs, field-logs-b) whose thread is one of ``urls``."""
     out: list[str] = []
-    for e in json.loads((FIELD / "manifest.json").read_text()):
-        if e.get("source_url") in urls:
-            out += (FIELD / e["file"]).read_text(encoding="utf-8", errors="replace").splitlines()
+    for corpus in (FIELD, DATA / "field-logs-b"):
+        for e in json.loads((corpus / "manifest.json").read_text()):
+            if e.get("source_url") in urls:
+                out += (corpus / e["file"]).read_text(encoding="utf-8",
+                                                      errors="replace").splitlines()
     return out
 
 
@@ -225,3 +227,23 @@ def test_a_completion_line_is_not_read_as_the_stall() -> None:
     f = diagnose([FIELD / "vllm-33155.txt"]).findings[0]
     assert "finished" in f.summary and "stops during" not in f.summary
     assert f.category == "unknown" and f.confidence < 0.5
+
+
+# vLLM's own announcement before a cold FlashInfer JIT (field-logs-b/vllm-46764, line 18)
+_ANNOUNCE = ("(Worker_TP0 pid=243689) INFO 06-25 20:11:05 [qwen_gdn_linear_attn.py:1095] Warming "
+             "up FlashInfer GDN prefill kernel (cold cache JIT-compile may take several minutes; "
+             "cached under /home/u/.cache/flashinfer/0.6.12/90a/cached_ops).")
+
+
+def test_an_announced_long_step_at_the_end_is_progressing(tmp_path: Path) -> None:
+    """An excerpt that ends on a line announcing minutes of work is progressing (exit 0); the
+    same line followed by an error is still a failure."""
+    ok = tmp_path / "ok.log"
+    ok.write_text(_ANNOUNCE + "\n")
+    res = diagnose([ok])
+    assert res.exit_code == 0 and res.verdict.startswith("progressing"), res.verdict
+    bad = tmp_path / "bad.log"
+    bad.write_text(_ANNOUNCE + "\n(Worker_TP0 pid=243689) ERROR 06-25 20:31:05 [core.py:1] "
+                   "RuntimeError: Ninja build failed\n")
+    assert diagnose([bad]).exit_code == 1
+    assert not C.announces_long_step("RuntimeError: this may take several minutes to fail")

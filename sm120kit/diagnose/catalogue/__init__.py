@@ -46,6 +46,16 @@ def is_completion(line: str) -> bool:
     return bool(_COMPLETION.search(line)) and not _ERROR_STATED.search(line)
 
 
+# a line that announces a long step before it starts ("cold cache JIT-compile may take several
+# minutes", "It may take a long time (typically 10-20 mins)"): the quiet after it is expected
+_ANNOUNCED = re.compile(r"\b(?:may|might|can|will) take (?:a (?:long )?while|a long time|several "
+                        r"minutes|(?:up to |about )?\d+\s*(?:-\s*\d+\s*)?(?:min|minutes|s\b))")
+
+
+def announces_long_step(line: str) -> bool:
+    return bool(_ANNOUNCED.search(line)) and not _ERROR_STATED.search(line)
+
+
 def not_evidence(line: str) -> bool:
     """Advice, help, deprecation or completion with no error stated on the same line."""
     return bool(_ADVICE.search(line) or _COMPLETION.search(line)) and not _ERROR_STATED.search(line)

@@ -9,7 +9,7 @@ starts from its closest relative.
 
 from __future__ import annotations
 
-from sm120kit.diagnose.catalogue import is_completion
+from sm120kit.diagnose.catalogue import announces_long_step, is_completion
 from sm120kit.diagnose.catalogue.nearest import looks_like
 from sm120kit.diagnose.rules.base import Finding, Rule, RuleContext, field_phase, first_failing
 from sm120kit.evidence.logs.analyze import Evidence
@@ -20,6 +20,8 @@ def check(ctx: RuleContext) -> list[Finding]:
     lg = ctx.logs
     d = lg.described
     if not lg.failures:
+        if lg.last_text is not None and announces_long_step(lg.last_text.text):
+            return []  # the last line says the step takes minutes: progressing (engine verdict)
         said = d.symptoms[:2] + d.complaints[:2]
         stop = lg.stopped_excerpt()
         if not said and stop is not None and lg.last_text is not None:
