@@ -32,6 +32,8 @@ class Via(Generic[T]):
         self.name = name
 
     def __get__(self, obj: Any, owner: type | None = None) -> T:
+        if obj is None:  # on the class (help(), inspect): the descriptor itself
+            return self  # type: ignore[return-value]
         return getattr(getattr(obj, self.part), self.name)
 
     def __set__(self, obj: Any, value: T) -> None:
