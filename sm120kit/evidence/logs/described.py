@@ -96,20 +96,10 @@ class DescribedScan:
             self.praise += 1
         for g in _COMPLAINT_GATE:
             if g in text:
-                m = _COMPLAINT.search(text)
-                if m and not _NEGATED.search(text, max(0, m.start() - 16), m.end()):
-                    self.complaint_count += 1
-                    if len(self.complaints) < MAX_KEEP:
-                        self.complaints.append((source, lineno, text.strip()))
+                self._complaint(source, lineno, text)
                 break
-        if self._stack is not None:
-            f = _PYSPY_FRAME.match(text)
-            if f:
-                if len(self._stack) < 64:
-                    self._stack.append(f"{f.group('func')} ({f.group('file')}:{f.group('line')})")
-                return
-            if text.strip() and not _PYSPY_HEAD.match(text):
-                self._stack = None
+        if self._stack is not None and self._stack_frame(text):
+            return
         if ("Process " in text or "Thread " in text) and len(self.stacks) < MAX_KEEP:
             h = _PYSPY_HEAD.match(text)
             if h:
@@ -117,6 +107,25 @@ class DescribedScan:
                     self.stacks.append((source, lineno, (h.group("title") or h.group("name")
                                                          or "").strip(), []))
                 self._stack = self.stacks[-1][3]
+
+    def _complaint(self, source: str, lineno: int, text: str) -> None:
+        m = _COMPLAINT.search(text)
+        if m and not _NEGATED.search(text, max(0, m.start() - 16), m.end()):
+            self.complaint_count += 1
+            if len(self.complaints) < MAX_KEEP:
+                self.complaints.append((source, lineno, text.strip()))
+
+    def _stack_frame(self, text: str) -> bool:
+        """A frame of the py-spy dump being read (True), or the line that ends it."""
+        assert self._stack is not None
+        f = _PYSPY_FRAME.match(text)
+        if f:
+            if len(self._stack) < 64:
+                self._stack.append(f"{f.group('func')} ({f.group('file')}:{f.group('line')})")
+            return True
+        if text.strip() and not _PYSPY_HEAD.match(text):
+            self._stack = None
+        return False
 
     def feed(self, source: str, lineno: int, text: str) -> None:
         if "GPU" in text:

@@ -120,28 +120,10 @@ class PasteReader:
         if p.remnants and "m" in text and "[" in text:
             text = _REMNANT.sub("", text)
         if p.markdown:
-            if "`" in text or "~~~" in text:
-                if _FENCE.match(text):
-                    self.fenced += 1
-                    rest = _FENCE.sub("", text, count=1).lstrip("`~").strip()
-                    # "```E  AssertionError: ..." (a fence glued to the first line) keeps the line
-                    if not rest or re.fullmatch(r"[\w+-]{1,20}", rest):
-                        return None
-                    text = rest
-            if text[:1] in (">", " ") and ">" in text[:8]:
-                text = _QUOTE.sub("", text, count=1)
-            if text[:1] in ("-", "*", "+", " ") or text[:1].isdigit():
-                m = _BULLET.match(text)
-                if m and not text.lstrip().startswith(("File ", "-> ")):
-                    text = text[m.end():]
-            if "\\" in text:
-                text = _MD_ESC.sub(r"\1", text)
-            if "&" in text:
-                for a, b in _ENTITIES:
-                    text = text.replace(a, b)
-            s = text.strip()
-            if len(s) > 2 and s[0] == "`" and s[-1] == "`" and s.count("`") == 2:
-                text = s[1:-1]
+            md = self._markdown(text)
+            if md is None:
+                return None
+            text = md
         if p.compose and "|" in text[:60]:
             m = _COMPOSE.match(text)
             if m:
@@ -150,6 +132,33 @@ class PasteReader:
             text = _PYTEST_E.sub("", text, count=1)
         if text.startswith("[") and text[1:2].isdigit():
             text = _PID_BRACKET.sub("", text, count=1)
+        return text
+
+    def _markdown(self, text: str) -> str | None:
+        """Markdown around a pasted log: fences (None: a bare fence line), quotes, bullets,
+        escapes, entities, inline code."""
+        if "`" in text or "~~~" in text:
+            if _FENCE.match(text):
+                self.fenced += 1
+                rest = _FENCE.sub("", text, count=1).lstrip("`~").strip()
+                # "```E  AssertionError: ..." (a fence glued to the first line) keeps the line
+                if not rest or re.fullmatch(r"[\w+-]{1,20}", rest):
+                    return None
+                text = rest
+        if text[:1] in (">", " ") and ">" in text[:8]:
+            text = _QUOTE.sub("", text, count=1)
+        if text[:1] in ("-", "*", "+", " ") or text[:1].isdigit():
+            m = _BULLET.match(text)
+            if m and not text.lstrip().startswith(("File ", "-> ")):
+                text = text[m.end():]
+        if "\\" in text:
+            text = _MD_ESC.sub(r"\1", text)
+        if "&" in text:
+            for a, b in _ENTITIES:
+                text = text.replace(a, b)
+        s = text.strip()
+        if len(s) > 2 and s[0] == "`" and s[-1] == "`" and s.count("`") == 2:
+            text = s[1:-1]
         return text
 
     def lines(self, rows: Iterable[tuple[int, str]]) -> Iterator[tuple[int, str]]:

@@ -126,32 +126,41 @@ def _scan_block(buf: bytes, base: int, st: StreamStats) -> tuple[list[tuple[int,
         # occurrences are not lines (one line may hold two), so filter per line
         out = [(base + i, ln) for i, ln in enumerate(lines, 1) if NCCL_INFO not in ln]
         n_nccl = n_lines - len(out)
-    kept = 0
     # the keep-literal searches are needed only when some NCCL line is not a COLL trace
-    if n_coll != n_nccl:
-        starts: set[int] = set()
-        for k in NCCL_KEEP:
-            pos = buf.find(k)
-            while pos >= 0:
-                s = buf.rfind(b"\n", 0, pos) + 1
-                e = buf.find(b"\n", pos)
-                if NCCL_INFO in buf[s:e]:
-                    starts.add(s)
-                pos = buf.find(k, e)
-        if starts:
-            prev, lineno = 0, base + 1
-            for s in sorted(starts):
-                lineno += buf.count(b"\n", prev, s)
-                prev = s
-                e = buf.find(b"\n", s)
-                out.append((lineno, buf[s:e]))
-                key = _nccl_key(buf[s:e])
-                if key is not None and key not in st.last_nccl:
-                    st.last_nccl[key] = (lineno, buf[s:e])
-                kept += 1
-            out.sort(key=lambda x: x[0])
+    kept = _keep_nccl(buf, base, st, out) if n_coll != n_nccl else 0
     st.nccl_skipped += n_nccl - kept
-    # last line of every known NCCL process in this block
+    _last_nccl(buf, base, n_lines, st)
+    return out, n_lines
+
+
+def _keep_nccl(buf: bytes, base: int, st: StreamStats, out: list[tuple[int, bytes]]) -> int:
+    """Add the NCCL lines that carry something (``NCCL_KEEP``) to ``out``; how many."""
+    starts: set[int] = set()
+    for k in NCCL_KEEP:
+        pos = buf.find(k)
+        while pos >= 0:
+            s = buf.rfind(b"\n", 0, pos) + 1
+            e = buf.find(b"\n", pos)
+            if NCCL_INFO in buf[s:e]:
+                starts.add(s)
+            pos = buf.find(k, e)
+    if not starts:
+        return 0
+    prev, lineno = 0, base + 1
+    for s in sorted(starts):
+        lineno += buf.count(b"\n", prev, s)
+        prev = s
+        e = buf.find(b"\n", s)
+        out.append((lineno, buf[s:e]))
+        key = _nccl_key(buf[s:e])
+        if key is not None and key not in st.last_nccl:
+            st.last_nccl[key] = (lineno, buf[s:e])
+    out.sort(key=lambda x: x[0])
+    return len(starts)
+
+
+def _last_nccl(buf: bytes, base: int, n_lines: int, st: StreamStats) -> None:
+    """The last line of every known NCCL process in this block."""
     last_nl = len(buf)
     for key in list(st.last_nccl):
         p = buf.rfind(key)
@@ -163,7 +172,6 @@ def _scan_block(buf: bytes, base: int, st: StreamStats) -> tuple[list[tuple[int,
             continue
         lineno = base + n_lines - buf.count(b"\n", e, last_nl) + 1
         st.last_nccl[key] = (lineno, buf[s:e])
-    return out, n_lines
 
 
 def scan(

@@ -151,45 +151,54 @@ class VersionScan:
         for kind, key, rx in _PATTERNS:
             m = rx.search(line)
             if m:
-                if key == "gpu":
-                    name = m.group(1).strip()
-                    self.gpus[name] = self.gpus.get(name, 0) + 1
-                    self._set(kind, key, name)
-                elif key == "attention_backend" and "Enum" in rx.pattern:
-                    self._set(kind, key, m.group(1), override=True)
-                elif key == "attention_backend":
-                    self._set(kind, key, _V0_BACKENDS.get(m.group(1), m.group(1)))
-                else:
-                    self._set(kind, key, m.group(1))
-        if "non-default args" in line or "with config:" in line or "EngineArgs(" in line:
-            for km in _KV.finditer(line):
-                k = _ARGS_KEYS[km.group("k")]
-                v = km.group("v")
-                if k == "model" and "model" in self.config:
-                    continue
-                self._set("config", k, v)
-        if "--" in line and ("vllm serve" in line or "Command:" in line or "api_server" in line):
-            for k, v in serve_line_config(line).items():
-                self._set("config", k, v)
+                self._pattern(kind, key, rx, m)
+        self._config_lines(line)
         if "speculative_config" in line:
-            if _SPEC_NONE.search(line):
-                self._set("config", "mtp", 0)
-                self._set("config", "speculative_method", "none")
-            else:
-                s = _SPEC_OBJ.search(line)
-                if s:
-                    method = s.group("m") or s.group("m2") or s.group("m3")
-                    n = int(s.group("n") or s.group("n2") or s.group("n3"))
-                    self._set("config", "speculative_method", method, override=True)
-                    self._set("config", "speculative_tokens", n, override=True)
-                    if method in ("mtp", "deepseek_mtp") or method.endswith("_mtp"):
-                        self._set("config", "mtp", n, override=True)
-                    elif self.config.get("mtp") == 0:
-                        del self.config["mtp"]
+            self._speculative(line)
         if "world_size=" in line:
             w = _WORLD.search(line)
             if w:
                 self.world_size = int(w.group("w"))
+
+    def _config_lines(self, line: str) -> None:
+        """vLLM's 'non-default args' / engine config dump and a 'vllm serve --...' command."""
+        if "non-default args" in line or "with config:" in line or "EngineArgs(" in line:
+            for km in _KV.finditer(line):
+                k = _ARGS_KEYS[km.group("k")]
+                if k == "model" and "model" in self.config:
+                    continue
+                self._set("config", k, km.group("v"))
+        if "--" in line and ("vllm serve" in line or "Command:" in line or "api_server" in line):
+            for k, v in serve_line_config(line).items():
+                self._set("config", k, v)
+
+    def _pattern(self, kind: str, key: str, rx: re.Pattern[str], m: re.Match[str]) -> None:
+        if key == "gpu":
+            name = m.group(1).strip()
+            self.gpus[name] = self.gpus.get(name, 0) + 1
+            self._set(kind, key, name)
+        elif key == "attention_backend" and "Enum" in rx.pattern:
+            self._set(kind, key, m.group(1), override=True)
+        elif key == "attention_backend":
+            self._set(kind, key, _V0_BACKENDS.get(m.group(1), m.group(1)))
+        else:
+            self._set(kind, key, m.group(1))
+
+    def _speculative(self, line: str) -> None:
+        if _SPEC_NONE.search(line):
+            self._set("config", "mtp", 0)
+            self._set("config", "speculative_method", "none")
+            return
+        s = _SPEC_OBJ.search(line)
+        if s:
+            method = s.group("m") or s.group("m2") or s.group("m3")
+            n = int(s.group("n") or s.group("n2") or s.group("n3"))
+            self._set("config", "speculative_method", method, override=True)
+            self._set("config", "speculative_tokens", n, override=True)
+            if method in ("mtp", "deepseek_mtp") or method.endswith("_mtp"):
+                self._set("config", "mtp", n, override=True)
+            elif self.config.get("mtp") == 0:
+                del self.config["mtp"]
 
     def finish(self, worker_names: list[str]) -> None:
         """Fill what only the set of worker prefixes tells (``Worker_TP7_DCP7`` → tp 8, dcp 8)."""
