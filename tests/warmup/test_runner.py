@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -386,3 +387,32 @@ def test_stall_bundle_without_py_spy_names_the_stalled_rank(
     summary = (Path(res.bundle.removesuffix(".tar.gz")) / "summary.md").read_text()
     assert "stopped in phase convert" in summary.split("## Verdict", 1)[1].split("##", 1)[0]
     assert _gone([row["pid"] for row in res.stall.ranks] + [res.launcher_pid])
+
+
+def test_torchrun_stall_ends_each_rank_through_the_watchdog_guard() -> None:
+    """Under torchrun there is no supervisor process: each rank's guard (the one watchdog) ends
+    it with exit 2 and says where it stopped; rank 1 sleeps before convert's collective, rank 0
+    really blocks inside it."""
+    import socket
+
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = str(sock.getsockname()[1])
+    t0 = time.monotonic()
+    r = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+         "--master-port", port, "-m", "sm120kit", "warmup", "run", "--json",
+         "--inject-stall", "1:convert", "--stall-timeout", "2"],
+        capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+    assert r.returncode != 0
+    assert time.monotonic() - t0 < 90
+    err = r.stderr
+    assert "(Warmup_DCP1 pid=" in err and "inject-stall: stopping before" in err
+    assert "stall: no progress for" in err and "limit 2s) in phase convert" in err
+    # rank 1, the suspect, goes quiet first (its inject-stall line is a log line, no progress)
+    assert "(Warmup_DCP1 pid=" in err.split("outside any collective")[0].rsplit("\n", 1)[-1]
+    # rank 0 sits in the collective; torchrun may stop it before its own guard fires
+    assert "waiting in " not in err or "in phase convert, waiting in " in err
+    assert re.search(r"exitcode\s*:\s*2\b", err), err[-2000:]  # torchrun's failure summary
