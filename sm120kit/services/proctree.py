@@ -5,7 +5,8 @@ process of its tree (pid *and* start time), which processes are tracked for deat
 died. :func:`stop_tree` is the only place that signals a tree: SIGINT → SIGTERM → SIGKILL, each
 with a timeout, only to recorded processes (checked against their start time) and to the child's
 own process group. Used by collect's launch mode, validate's launch mode, warmup's ranks and
-doctor's deep smoke test.
+launcher, and doctor's deep smoke test. The other direction, a child ending when its supervisor
+is gone, is :func:`parent_alive` / :func:`exit_with_parent` (warmup's launcher and ranks).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -99,6 +101,32 @@ def describe_pid(pid: int) -> Proc | None:
         return describe(psutil.Process(pid))
     except Exception:
         return None
+
+
+def parent_alive(pid: int) -> bool:
+    """``pid`` (our supervisor) still exists; signal 0 probes without signalling."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+def exit_with_parent(parent_pid: int, *, code: int = 3, interval: float = 0.5) -> threading.Event:
+    """End this process with ``code`` (``os._exit``: no cleanup that could block) once
+    ``parent_pid`` is gone, checked every ``interval`` seconds from a daemon thread, so no child
+    outlives its supervisor. Setting the returned event ends the watch."""
+    done = threading.Event()
+
+    def loop() -> None:
+        while not done.wait(interval):
+            if not parent_alive(parent_pid):
+                os._exit(code)
+
+    threading.Thread(target=loop, name="parent-watch", daemon=True).start()
+    return done
 
 
 class SupervisedChild:

@@ -180,6 +180,7 @@ class ProgressSampler:
         return tick
 
     def _scan(self, now: float, moved: set[str]) -> int | None:
+        """One pass over the tree; returns the pid of the busiest Python process (or None)."""
         try:
             root = psutil.Process(self.root_pid)
             procs = [root, *root.children(recursive=True)]
@@ -188,57 +189,73 @@ class ProgressSampler:
         seen: set[tuple[int, float]] = set()
         busiest: tuple[float, int | None] = (0.0, None)
         for p in procs:
-            try:
-                with p.oneshot():
-                    key = (p.pid, p.create_time())
-                    name = p.name()
-                    ct = p.cpu_times()
-                    cpu = ct.user + ct.system
-                    reaped = (getattr(ct, "children_user", 0.0) or 0.0) + (
-                        getattr(ct, "children_system", 0.0) or 0.0)
-                    io = self._io(p)
-            except (psutil.Error, OSError):
+            got = self._read(p)
+            if got is None:
                 continue
+            key, name, cpu, reaped, io = got
             seen.add(key)
             rec = self.procs.get(key)
             if rec is None:
-                kind = name if name in COMPILERS else (
-                    "python" if name.startswith(("python", "VLLM", "vllm", "pt_")) else "other")
-                rec = self.procs[key] = _P(kind, cpu, io, now, reaped)
-                if self.samples:  # the first scan finds what was already there
-                    moved.add("births")
-                    if kind in COMPILERS and cpu > 0:  # born since the last sample
-                        self.compile_cpu += cpu
-                        moved.add("compile-cpu")
-                if kind in COMPILERS and self.first_compile is None:
-                    self.first_compile = now
+                self._born(key, name, cpu, io, reaped, now, moved)
                 continue
-            d_cpu, d_io = cpu - rec.cpu, io - rec.io
-            d_reaped = reaped - rec.reaped
-            rec.cpu, rec.io, rec.reaped = cpu, io, reaped
-            if d_reaped > 0.01:
-                # children that lived between two samples (a short cc/ptxas run): finished and
-                # waited for, their CPU shows in the parent's children times
-                self.reaped_cpu += d_reaped
-                moved.add("exits")
-            if d_io > 0:
-                self.io_total += d_io
-            if d_io >= IO_EPS:
-                moved.add("io-read")
-            if d_cpu > 0.01:
-                if rec.kind in COMPILERS:
-                    self.compile_cpu += d_cpu
-                    moved.add("compile-cpu")
-                else:
-                    self.cpu_total += d_cpu
-                    moved.add("cpu")
-                    if rec.kind == "python" and d_cpu > busiest[0]:
-                        busiest = (d_cpu, key[0])
+            d_cpu = self._moved(rec, cpu, io, reaped, moved)
+            if rec.kind == "python" and d_cpu > busiest[0]:
+                busiest = (d_cpu, key[0])
         for key in [k for k in self.procs if k not in seen]:
             rec = self.procs.pop(key)
             self.done[rec.kind] += 1
             moved.add("exits")
         return busiest[1]
+
+    def _read(self, p: psutil.Process) -> tuple[tuple[int, float], str, float, float, int] | None:
+        """(key, name, own CPU, reaped children's CPU, bytes read) of one process, or None."""
+        try:
+            with p.oneshot():
+                key = (p.pid, p.create_time())
+                name = p.name()
+                ct = p.cpu_times()
+                reaped = (getattr(ct, "children_user", 0.0) or 0.0) + (
+                    getattr(ct, "children_system", 0.0) or 0.0)
+                return key, name, ct.user + ct.system, reaped, self._io(p)
+        except (psutil.Error, OSError):
+            return None
+
+    def _born(self, key: tuple[int, float], name: str, cpu: float, io: int, reaped: float,
+              now: float, moved: set[str]) -> None:
+        kind = name if name in COMPILERS else (
+            "python" if name.startswith(("python", "VLLM", "vllm", "pt_")) else "other")
+        self.procs[key] = _P(kind, cpu, io, now, reaped)
+        if self.samples:  # the first scan finds what was already there
+            moved.add("births")
+            if kind in COMPILERS and cpu > 0:  # born since the last sample
+                self.compile_cpu += cpu
+                moved.add("compile-cpu")
+        if kind in COMPILERS and self.first_compile is None:
+            self.first_compile = now
+
+    def _moved(self, rec: _P, cpu: float, io: int, reaped: float, moved: set[str]) -> float:
+        """Account one known process's deltas into the channels; returns its CPU delta."""
+        d_cpu, d_io = cpu - rec.cpu, io - rec.io
+        d_reaped = reaped - rec.reaped
+        rec.cpu, rec.io, rec.reaped = cpu, io, reaped
+        if d_reaped > 0.01:
+            # children that lived between two samples (a short cc/ptxas run): finished and
+            # waited for, their CPU shows in the parent's children times
+            self.reaped_cpu += d_reaped
+            moved.add("exits")
+        if d_io > 0:
+            self.io_total += d_io
+        if d_io >= IO_EPS:
+            moved.add("io-read")
+        if d_cpu <= 0.01:
+            return 0.0
+        if rec.kind in COMPILERS:
+            self.compile_cpu += d_cpu
+            moved.add("compile-cpu")
+        else:
+            self.cpu_total += d_cpu
+            moved.add("cpu")
+        return d_cpu
 
     @staticmethod
     def _io(p: psutil.Process) -> int:

@@ -382,23 +382,8 @@ def _collect_flight(bundle: Bundle, opts: Options, ctx: CollectContext, runner: 
     pipe_prefix = (ctx.env or {}).get(flight.PIPE_VAR)
     if pipe_prefix:
         triggered = flight.trigger_pipes(pipe_prefix, wait_s=min(3.0, max(0.0, runner.left() - 5)))
-    # torch writes dumps asynchronously (watchdog, pipe, a rank's own thread): wait, in parallel
-    # with the stack samples, until the set of dump files stops growing
-    found: dict[str, dict[int, Path]] = {}
-    end = time.monotonic() + min(_fr_wait(opts, ctx), max(0.0, runner.left() - 5.0))
-    last_n, stable_since = -1, time.monotonic()
-    while True:
-        found = {}
-        for pre in prefixes:
-            ranks_found = flight.find_dumps(pre)
-            if ranks_found:
-                found[pre] = ranks_found
-        n = sum(len(v) for v in found.values())
-        if n != last_n:
-            last_n, stable_since = n, time.monotonic()
-        if time.monotonic() >= end or (n and time.monotonic() - stable_since >= 1.0):
-            break
-        time.sleep(0.2)
+    found = _settled_dumps(prefixes, time.monotonic() + min(_fr_wait(opts, ctx),
+                                                            max(0.0, runner.left() - 5.0)))
     info: dict[str, Any] = {"prefixes": prefixes, "pipes_triggered": triggered, "groups": []}
     if not found:
         bundle.write_json("flight/index.json", info)
@@ -407,36 +392,57 @@ def _collect_flight(bundle: Bundle, opts: Options, ctx: CollectContext, runner: 
     files = ["flight/index.json"]
     for gi, (pre, dumps) in enumerate(found.items()):
         sub = f"flight/g{gi}" if len(found) > 1 else "flight/dumps"
-        loaded: dict[int, dict[str, Any]] = {}
-        patched_dir = bundle.path(f"{sub}-pgfilled/x").parent
-        base = os.path.basename(pre) or "rank_"
-        for rank, path in dumps.items():
-            bundle.copy_binary_file(path, f"{sub}/{base}{rank}", cap=64 * 1024 * 1024)
-            dump = flight.load_dump(path)
-            if dump is not None:
-                loaded[rank] = dump
-        changed = False
-        import pickle
-
-        for rank, dump in loaded.items():
-            d2, ch = flight.fill_pg_config(dump, sorted(loaded))
-            changed = changed or ch
-            with open(patched_dir / f"{base}{rank}", "wb") as f:
-                pickle.dump(d2, f)
-        summ = flight.summarize(loaded)
-        g = {"prefix": pre, "dir": sub, "ranks": sorted(dumps), "pg_config_filled": changed,
-             "summary": summ}
-        if opts.fr_analyze and runner.left() > 3:
-            a = flight.run_analyzer(patched_dir, base, timeout=min(60.0, runner.left() - 1))
-            g["analyzer"] = {k: v for k, v in a.items() if k != "output"}
-            if "output" in a:
-                bundle.write_text(f"{sub}-analysis.txt", str(a["output"]))
-                files.append(f"{sub}-analysis.txt")
-        info["groups"].append(g)
-        files += [sub + "/", f"{sub}-pgfilled/"]
+        info["groups"].append(_flight_group(bundle, opts, runner, pre, dumps, sub, files))
     bundle.write_json("flight/index.json", info)
     rec.files = files
     rec.detail = "; ".join(f"{len(v)} rank dump(s) for {k}" for k, v in found.items())
+
+
+def _settled_dumps(prefixes: list[str], end: float) -> dict[str, dict[int, Path]]:
+    """torch writes dumps asynchronously (watchdog, pipe, a rank's own thread): wait, in parallel
+    with the stack samples, until the set of dump files stops growing (or ``end``, monotonic)."""
+    last_n, stable_since = -1, time.monotonic()
+    while True:
+        found = {pre: got for pre in prefixes if (got := flight.find_dumps(pre))}
+        n = sum(len(v) for v in found.values())
+        if n != last_n:
+            last_n, stable_since = n, time.monotonic()
+        if time.monotonic() >= end or (n and time.monotonic() - stable_since >= 1.0):
+            return found
+        time.sleep(0.2)
+
+
+def _flight_group(bundle: Bundle, opts: Options, runner: _Runner, pre: str,
+                  dumps: dict[int, Path], sub: str, files: list[str]) -> dict[str, Any]:
+    """Copy one dump prefix's rank files under ``sub``, fill their pg config, summarize and
+    (with ``fr_analyze``) run torch's analyzer; appends the written paths to ``files``."""
+    loaded: dict[int, dict[str, Any]] = {}
+    patched_dir = bundle.path(f"{sub}-pgfilled/x").parent
+    base = os.path.basename(pre) or "rank_"
+    for rank, path in dumps.items():
+        bundle.copy_binary_file(path, f"{sub}/{base}{rank}", cap=64 * 1024 * 1024)
+        dump = flight.load_dump(path)
+        if dump is not None:
+            loaded[rank] = dump
+    changed = False
+    import pickle
+
+    for rank, dump in loaded.items():
+        d2, ch = flight.fill_pg_config(dump, sorted(loaded))
+        changed = changed or ch
+        with open(patched_dir / f"{base}{rank}", "wb") as f:
+            pickle.dump(d2, f)
+    summ = flight.summarize(loaded)
+    g = {"prefix": pre, "dir": sub, "ranks": sorted(dumps), "pg_config_filled": changed,
+         "summary": summ}
+    if opts.fr_analyze and runner.left() > 3:
+        a = flight.run_analyzer(patched_dir, base, timeout=min(60.0, runner.left() - 1))
+        g["analyzer"] = {k: v for k, v in a.items() if k != "output"}
+        if "output" in a:
+            bundle.write_text(f"{sub}-analysis.txt", str(a["output"]))
+            files.append(f"{sub}-analysis.txt")
+    files += [sub + "/", f"{sub}-pgfilled/"]
+    return g
 
 
 def _collect_watchdog(bundle: Bundle, ctx: CollectContext, rec: CollectorRecord) -> None:
@@ -659,15 +665,35 @@ def render_summary(bundle: Bundle, procs: list[Proc], ctx: CollectContext, verdi
     L += ["", "## Verdict", ""] + [f"- {x}" for x in verdict]
     if ctx.notes:
         L += ["", "## Notes", ""] + [f"- {n}" for n in ctx.notes]
-    if ctx.timeline:
-        L += ["", "## Phase timeline", "", "| phase | at (s) | took (s) | stream |", "|---|---|---|---|"]
-        for i, ph in enumerate(ctx.timeline):
-            nxt = ctx.timeline[i + 1]["t"] if i + 1 < len(ctx.timeline) else None
-            took = f"{nxt - ph['t']:.1f}" if nxt is not None else "…"
-            L.append(f"| {ph['phase']} | {ph['t']:.1f} | {took} | {ph.get('stream') or ''} |")
-        L.append(f"\nCurrent phase at the snapshot: **{ctx.current_phase}**")
-    L += ["", "## Processes", "", "| pid | label | role | state | where | collective | cpu |",
-          "|---|---|---|---|---|---|---|"]
+    L += _md_timeline(ctx) + _md_processes(procs, analysis)
+    L += ["", "## Collectors", "", "| collector | status | seconds | detail |", "|---|---|---|---|"]
+    for r in bundle.records:
+        L.append(f"| {r.name} | {r.status} | {r.seconds} | "
+                 f"{_md_escape((r.error or r.detail or '')[:300])} |")
+    tail = []
+    for src, lines in ctx.logs.items():
+        tail.append(f"### {src}\n\n```\n" + "\n".join(lines[-20:]) + "\n```")
+    if tail:
+        L += ["", "## Last log lines", ""] + tail
+    return "\n".join(L) + "\n"
+
+
+def _md_timeline(ctx: CollectContext) -> list[str]:
+    if not ctx.timeline:
+        return []
+    L = ["", "## Phase timeline", "", "| phase | at (s) | took (s) | stream |", "|---|---|---|---|"]
+    for i, ph in enumerate(ctx.timeline):
+        nxt = ctx.timeline[i + 1]["t"] if i + 1 < len(ctx.timeline) else None
+        took = f"{nxt - ph['t']:.1f}" if nxt is not None else "…"
+        L.append(f"| {ph['phase']} | {ph['t']:.1f} | {took} | {ph.get('stream') or ''} |")
+    L.append(f"\nCurrent phase at the snapshot: **{ctx.current_phase}**")
+    return L
+
+
+def _md_processes(procs: list[Proc], analysis: dict[int, dict[str, Any]]) -> list[str]:
+    """The process table, then the frames the blocked/spinning processes sit in."""
+    L = ["", "## Processes", "", "| pid | label | role | state | where | collective | cpu |",
+         "|---|---|---|---|---|---|---|"]
     for p in procs:
         a = analysis.get(p.pid, {})
         cpu = a.get("cpu_fraction")
@@ -683,16 +709,7 @@ def render_summary(bundle: Bundle, procs: list[Proc], ctx: CollectContext, verdi
         L += ["", "## Blocked frames", ""]
         for frame, labs in sorted(blocked.items(), key=lambda kv: -len(kv[1])):
             L.append(f"- `{frame}`: {', '.join(sorted(labs))}")
-    L += ["", "## Collectors", "", "| collector | status | seconds | detail |", "|---|---|---|---|"]
-    for r in bundle.records:
-        L.append(f"| {r.name} | {r.status} | {r.seconds} | "
-                 f"{_md_escape((r.error or r.detail or '')[:300])} |")
-    tail = []
-    for src, lines in ctx.logs.items():
-        tail.append(f"### {src}\n\n```\n" + "\n".join(lines[-20:]) + "\n```")
-    if tail:
-        L += ["", "## Last log lines", ""] + tail
-    return "\n".join(L) + "\n"
+    return L
 
 
 # --- the contract for warmup / attach --------------------------------------------------------

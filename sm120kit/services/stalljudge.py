@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sm120kit.evidence.stacks import py_spy_dump, signature
+from sm120kit.services.linewatch import DEATH_SIGNALS
 from sm120kit.services.progress import PROGRESS, ProgressSampler
 from sm120kit.services.watchdog import Watchdog
 
@@ -100,6 +101,24 @@ class StallJudge:
             return None
         kind, reason = self.verdict(silent)
         return Stop("stalled", kind, reason, quiet_s=round(silent, 2))
+
+    def decide(self, mono: float, grace_until: float | None, *, hit: tuple[str, str] | None,
+               deaths: list[dict[str, Any]]) -> tuple[Stop | None, float | None]:
+        """The launch's own stop conditions, first match wins: a known hang/death line
+        (``hit``: name, line), a tracked process gone (after a 2 s grace for its traceback and
+        the command's exit), the quiet. Returns the stop and the grace deadline to pass back."""
+        if hit is not None:
+            return Stop("crashed" if hit[0] in DEATH_SIGNALS else "stalled", "signal",
+                        f"known hang message ({hit[0]}): {hit[1]}{self.cold_hint(hit[1])}"
+                        ), grace_until
+        if deaths:
+            if grace_until is None:
+                return None, mono + 2.0
+            if mono >= grace_until:
+                d = deaths[0]
+                return Stop("crashed", "death", f"{d['label']} (pid {d['pid']}) died while the "
+                            "command kept running"), grace_until
+        return self.quiet_stop(mono), grace_until
 
     # --- the progress channels beyond output -------------------------------------------------
     def tick(self, mono: float, status_every_s: float, on_event: Callable[[str], None]) -> None:

@@ -43,7 +43,7 @@ from sm120kit.models.timeouts import DEFAULT_STALL_TIMEOUT_S
 from sm120kit.services.bundles import Bundle
 from sm120kit.services.capture import LogCapture
 from sm120kit.services.launchenv import prepare_launch
-from sm120kit.services.linewatch import DEATH_SIGNALS, LineWatch
+from sm120kit.services.linewatch import LineWatch
 from sm120kit.services.proctree import POLITE, SupervisedChild
 from sm120kit.services.progress import (
     LONG_PHASES,
@@ -127,16 +127,7 @@ class LaunchSupervisor:
             raise ValueError("empty command")
         self.argv_user = list(argv)
         self.opts = opts
-        user_cb = on_event or _print_event
-
-        def safe_event(msg: str) -> None:
-            # a closed terminal/pipe must never stop us from stopping our own child tree
-            try:
-                user_cb(msg)
-            except (OSError, ValueError):
-                pass
-
-        self.on_event = safe_event
+        self.on_event = _never_raises(on_event or _print_event)
         self.redactor = Redactor(enabled=opts.redact, host_map_file=opts.host_map_file)
         self.t0 = time.time()
         self.bundle = Bundle.create(Path(opts.out_dir), self.redactor, t=self.t0,
@@ -162,15 +153,11 @@ class LaunchSupervisor:
         self.watchdog = Watchdog()
         self.patience = {**LONG_PHASES, **opts.patience}
         self.judge = StallJudge(self.watchdog, stall_timeout=opts.stall_timeout,
-                                patience=self.patience, phase=self._phase)
+                                patience=self.patience, phase=lambda: self.lines.current)
         self.sampler: ProgressSampler | None = None
         self.detect_to_bundle_s: float | None = None
 
     # --- views kept for callers (validate reads ready, and the tails under the lock) --------
-    @property
-    def proc(self) -> Any:
-        return self.child.proc
-
     @property
     def ready(self) -> bool:
         return self.lines.ready
@@ -183,14 +170,8 @@ class LaunchSupervisor:
     def tails(self) -> dict[str, Any]:
         return self.capture.tails
 
-    def log_text(self) -> str:
-        return self.capture.text()
-
     def now(self) -> float:
         return time.time() - self.t0
-
-    def _phase(self) -> str | None:
-        return self.lines.current
 
     # --- output --------------------------------------------------------------------------
     def _on_partial(self) -> None:
@@ -203,16 +184,6 @@ class LaunchSupervisor:
             self.watchdog.touch("output")
         if new_phase is not None:
             self.on_event(f"phase {new_phase} at +{t:.1f}s")
-
-    # --- progress beyond output (sampled by the judge) --------------------------------------
-    def _progress(self, mono: float) -> None:
-        self.judge.tick(mono, self.opts.status_every_s, self.on_event)
-
-    def progress_report(self) -> dict[str, Any] | None:
-        return self.judge.report()
-
-    def kv_capacity(self) -> dict[str, Any] | None:
-        return kv_capacity(self.capture.text(), self.argv_user, self.env, self.on_event)
 
     # --- lifecycle -----------------------------------------------------------------------
     def start(self) -> None:
@@ -242,7 +213,7 @@ class LaunchSupervisor:
             f"stopping {len(left)} process(es) with {sig}"))
 
     def _context(self, reason: str, kind: str) -> CollectContext:
-        tl, cur = self._timeline()
+        tl, cur = self.lines.timeline()
         return launch_context(
             reason, kind, argv=self.argv, env=self.env, added=self.added, timeline=tl,
             current=cur, logs=self.capture.snapshot(), child=self.child,
@@ -258,44 +229,27 @@ class LaunchSupervisor:
         w = write_stall_bundle(
             self.bundle, context=lambda: self._context(reason, kind), opts=self._options(),
             live=self.child.live() if live else [], known=list(self.child.known.values()),
-            progress=self.progress_report(), close_logs=self.capture.close,
+            progress=self.judge.report(), close_logs=self.capture.close,
             remote=self.opts.remote, on_event=self.on_event)
         self.detect_to_bundle_s = w.seconds
         return w.path, w.result
-
-    def cleanup(self) -> None:
-        shutil.rmtree(self._tmp, ignore_errors=True)
 
     def report_stall(self, reason: str) -> None:
         """A caller driving the ready server saw it stop answering: bundle it live, then stop."""
         self.caller_stall = reason
 
-    def discard_bundle(self) -> None:
-        self.capture.close()
-        shutil.rmtree(self.bundle.root, ignore_errors=True)
-
     # --- main loop -----------------------------------------------------------------------
     def _decide(self, mono: float, grace_until: float | None) -> tuple[Stop | None, float | None]:
-        """One look at every stop condition (ready, caller, hang line, death, quiet)."""
+        """One look at every stop condition: the caller's (ready, a stall it saw, its work
+        done), then the judge's (hang line, death, quiet)."""
         if self.opts.until_ready and self.ready:
             return Stop("ready", "", "the server is ready"), grace_until
         if self.caller_stall is not None:
             return Stop("stalled", "caller", self.caller_stall), grace_until
         if self.stop_requested.is_set():
             return Stop("stopped", "", "stopped by the caller after its work"), grace_until
-        sig = self.lines.hit()
-        if sig is not None:
-            return Stop("crashed" if sig[0] in DEATH_SIGNALS else "stalled", "signal",
-                        f"known hang message ({sig[0]}): {sig[1]}{self.judge.cold_hint(sig[1])}"
-                        ), grace_until
-        if self.child.deaths:
-            if grace_until is None:
-                return None, mono + 2.0  # let the traceback and the exit arrive
-            if mono >= grace_until:
-                d = self.child.deaths[0]
-                return Stop("crashed", "death", f"{d['label']} (pid {d['pid']}) died while the "
-                            "command kept running"), grace_until
-        return self.judge.quiet_stop(mono), grace_until
+        return self.judge.decide(mono, grace_until, hit=self.lines.hit(),
+                                 deaths=self.child.deaths)
 
     def _watch(self) -> Stop:
         """Poll the child until a stop condition holds (KeyboardInterrupt passes through)."""
@@ -316,14 +270,11 @@ class LaunchSupervisor:
                 last_scan = mono
             if self.sampler is not None and mono - last_tick >= self.opts.progress_interval_s:
                 last_tick = mono
-                self._progress(mono)
+                self.judge.tick(mono, self.opts.status_every_s, self.on_event)
             stop, grace = self._decide(mono, grace)
             if stop is not None:
                 return stop
             time.sleep(self.opts.poll_s)
-
-    def _timeline(self) -> tuple[list[dict[str, Any]], str | None]:
-        return self.lines.timeline()
 
     def _after_stall(self, st: Stop) -> tuple[Path, Result | None]:
         o = self.opts
@@ -360,7 +311,7 @@ class LaunchSupervisor:
             except KeyboardInterrupt:
                 st = Stop("interrupted", "interrupt", "interrupted by the user (Ctrl-C)")
             detected = time.time()
-            frozen = self._timeline()
+            frozen = self.lines.timeline()
             if st.outcome in ("stalled", "crashed", "interrupted") or o.always_bundle:
                 bundle_path, res = self._after_stall(st)
         except KeyboardInterrupt:
@@ -372,22 +323,23 @@ class LaunchSupervisor:
             self.capture.join(2.0)
             if bundle_path is None:
                 bundle_path, res = self._late_bundle(st)
-            self.cleanup()
+            shutil.rmtree(self._tmp, ignore_errors=True)
         return self._result(st, bundle_path, res, steps, detected, frozen)
 
     def _late_bundle(self, st: Stop) -> tuple[Path | None, Result | None]:
         """After the tree is gone: no bundle for a clean end, else what is known."""
         if st.outcome in ("exited", "ready", "stopped") and not self.opts.always_bundle:
-            self.discard_bundle()
+            self.capture.close()
+            shutil.rmtree(self.bundle.root, ignore_errors=True)
             return None, None
         return self._bundle(st.reason or st.outcome, st.kind or st.outcome, live=False)
 
     def _result(self, st: Stop, bundle_path: Path | None, res: Result | None,
                 steps: list[dict[str, Any]], detected: float | None,
                 frozen: tuple[list[dict[str, Any]], str | None] | None) -> LaunchResult:
-        tl, cur = frozen if frozen is not None else self._timeline()
-        kv = self.kv_capacity() if st.outcome in ("ready", "exited", "crashed", "stalled") \
-            else None
+        tl, cur = frozen if frozen is not None else self.lines.timeline()
+        kv = (kv_capacity(self.capture.text(), self.argv_user, self.env, self.on_event)
+              if st.outcome in ("ready", "exited", "crashed", "stalled") else None)
         return LaunchResult(
             exit_code=st.exit_code(), outcome=st.outcome, reason=st.reason, bundle=bundle_path,
             timeline=tl, current_phase=cur, child_exit_code=st.child_rc,
@@ -395,7 +347,7 @@ class LaunchSupervisor:
             detect_to_bundle_s=self.detect_to_bundle_s if bundle_path is not None else None,
             stop_steps=steps, verdict=res.verdict if res else [],
             added_env=self.redactor.env(self.added), watchdog=self.watchdog_note,
-            self_cpu_s=_self_cpu(), progress=self.progress_report(), kv_capacity=kv,
+            self_cpu_s=_self_cpu(), progress=self.judge.report(), kv_capacity=kv,
             quiet_s=st.quiet_s,
             detected_at=detected if st.outcome in ("stalled", "crashed") else None,
         )
@@ -420,6 +372,19 @@ def _self_cpu() -> float | None:
         return round(ru.ru_utime + ru.ru_stime, 3)
     except (ImportError, OSError):
         return None
+
+
+def _never_raises(cb: Callable[[str], None]) -> Callable[[str], None]:
+    """``cb`` that swallows a closed terminal/pipe: reporting must never stop us from stopping
+    our own child tree."""
+
+    def event(msg: str) -> None:
+        try:
+            cb(msg)
+        except (OSError, ValueError):
+            pass
+
+    return event
 
 
 def _print_event(msg: str) -> None:

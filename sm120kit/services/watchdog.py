@@ -2,8 +2,9 @@
 
 A supervisor ``touch``-es a channel when it moves (a log line, a rank's message, bytes read, GPU
 memory, changed py-spy frames); ``quiet`` is the time since the latest move of the channels
-asked about. Used by collect's launch mode (output and sampler channels) and by warmup's rank
-supervisor (one channel per rank). Thread-safe: readers touch from their own threads.
+asked about. Used by collect's launch mode (output and sampler channels), by warmup's rank
+supervisor (one channel per rank) and, through :meth:`Watchdog.guard`, by a rank under torchrun
+(its own channel, no supervisor process). Thread-safe: readers touch from their own threads.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 
 class Watchdog:
@@ -50,3 +51,20 @@ class Watchdog:
         if len(ts) < 2:
             return None
         return max(b - a for a, b in zip(ts, ts[1:], strict=False))
+
+    def guard(self, channels: Sequence[str], limit: float, on_stall: Callable[[float], None], *,
+              poll_s: float = 0.1, name: str = "watchdog") -> threading.Event:
+        """Watch ``channels`` from a daemon thread: once they have been quiet for more than
+        ``limit`` seconds, call ``on_stall(quiet)`` once and end. Setting the returned event
+        ends the watch without a call (polled every ``poll_s``, so it ends within that)."""
+        done = threading.Event()
+
+        def loop() -> None:
+            while not done.wait(poll_s):
+                q = self.quiet(channels=channels)
+                if q > limit:
+                    done.set()
+                    on_stall(q)
+
+        threading.Thread(target=loop, name=name, daemon=True).start()
+        return done

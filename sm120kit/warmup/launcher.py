@@ -17,16 +17,15 @@ import time
 import warnings
 from pathlib import Path
 
+from sm120kit.services.proctree import KILL_NOW, parent_alive, stop_pids
 from sm120kit.warmup.config import RunConfig
 from sm120kit.warmup.rank import rank_main
 
 
 def _kill_children(pids: list[int]) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    """SIGKILL our own forked ranks through the one process-tree stop (a killed rank stays a
+    zombie until reaped here, which the stop counts as gone)."""
+    stop_pids(pids, steps_plan=KILL_NOW)
 
 
 #: exit status and stderr tag of a launcher that cannot import torch
@@ -89,9 +88,7 @@ def main(argv: list[str]) -> int:
             alive.discard(pid)
             worst = max(worst, os.waitstatus_to_exitcode(status) & 0xFF)
             continue
-        try:
-            os.kill(parent, 0)
-        except ProcessLookupError:
+        if not parent_alive(parent):
             _kill_children(sorted(alive))
             return 3
         time.sleep(0.05)

@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sm120kit.models.fp8ds import unpack_fp8_ds_mla
+from sm120kit.services.proctree import exit_with_parent
+from sm120kit.services.watchdog import Watchdog
 from sm120kit.warmup import workload as W
 from sm120kit.warmup.collectives import MERGE_FUNCS, all_gather_cat, all_reduce_sum, query_gather
 from sm120kit.warmup.config import RunConfig
@@ -53,20 +55,24 @@ def log_prefix(rank: int, pid: int | None = None) -> str:
 
 
 class Reporter:
-    """Progress messages of one rank; ``fd`` None = nobody listens (local watchdog only)."""
+    """Progress messages of one rank; ``fd`` None = nobody listens (local watchdog only).
 
-    def __init__(self, rank: int, fd: int | None) -> None:
+    Every message but a log line moves the rank's channel (:attr:`channel`) of :attr:`watchdog`
+    (the one :class:`~sm120kit.services.watchdog.Watchdog`)."""
+
+    def __init__(self, rank: int, fd: int | None, watchdog: Watchdog | None = None) -> None:
         self.rank = rank
         self.fd = fd
         self.pid = os.getpid()
         self.lock = threading.Lock()
-        self.last_progress = time.monotonic()
+        self.watchdog = watchdog or Watchdog()
+        self.channel = f"rank{rank}"
         self.phase: str | None = None
         self.collective: str | None = None
 
     def send(self, kind: str, **kw: Any) -> None:
         if kind != "log":
-            self.last_progress = time.monotonic()
+            self.watchdog.touch(self.channel)
         if kind == "coll":
             self.collective = kw.get("name")
         elif kind in ("phase", "tick", "phase_done"):
@@ -98,22 +104,6 @@ def _set_title(rank: int) -> None:
         setproctitle.setproctitle(proc_title(rank))
     except ImportError:
         pass
-
-
-def watch_parent(parent_pid: int, interval: float = 0.5) -> None:
-    """End this process if ``parent_pid`` disappears (so no rank outlives its supervisor)."""
-
-    def loop() -> None:
-        while True:
-            time.sleep(interval)
-            try:
-                os.kill(parent_pid, 0)
-            except ProcessLookupError:
-                os._exit(3)
-            except PermissionError:
-                pass
-
-    threading.Thread(target=loop, name="parent-watch", daemon=True).start()
 
 
 def _sleep_forever() -> None:
@@ -362,7 +352,7 @@ def rank_main(
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor handles Ctrl-C
     _set_title(rank)
     if parent_pid is not None:
-        watch_parent(parent_pid)
+        exit_with_parent(parent_pid, code=3)
     rep = Reporter(rank, fd)
     rep.send("start", phase="init")
     import torch

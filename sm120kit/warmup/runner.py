@@ -16,7 +16,7 @@ stall, Ctrl-C, an exception here) kills the launcher's process group and checks 
 survives.
 
 Under ``torchrun`` (``RANK``/``WORLD_SIZE`` set) :func:`run_under_torchrun` runs one rank in
-this process, with a watchdog thread over its own progress.
+this process; :meth:`sm120kit.services.watchdog.Watchdog.guard` watches its progress channel.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -581,7 +580,7 @@ def run_warmup(
 def run_under_torchrun(cfg: RunConfig, *, on_log: LogCallback | None = None) -> RunResult | None:
     """One rank per process under torchrun (``env://``); rank 0 returns the summary, others None.
 
-    A watchdog thread ends this process with exit code 2 when the rank makes no progress for
+    The watchdog's guard ends this process with exit code 2 when the rank makes no progress for
     ``stall_timeout`` seconds, after printing its phase and collective.
     """
     import torch.distributed as dist
@@ -600,22 +599,14 @@ def run_under_torchrun(cfg: RunConfig, *, on_log: LogCallback | None = None) -> 
     rep = Reporter(rank, None)
     run = RankRun(cfg, rank, rep)
 
-    def watchdog() -> None:
-        while True:
-            time.sleep(POLL_S)
-            if time.monotonic() - rep.last_progress > cfg.stall_timeout:
-                where = (
-                    f"waiting in {rep.collective}" if rep.collective else "outside any collective"
-                )
-                print(
-                    f"{log_prefix(rank)} stall: no progress for {cfg.stall_timeout:g}s in phase "
-                    f"{run.phase}, {where}",
-                    file=sys.stderr,
-                    flush=True,
-                )
-                os._exit(2)
+    def on_stall(quiet: float) -> None:
+        where = f"waiting in {rep.collective}" if rep.collective else "outside any collective"
+        print(f"{log_prefix(rank)} stall: no progress for {quiet:.1f}s (limit "
+              f"{cfg.stall_timeout:g}s) in phase {run.phase}, {where}", file=sys.stderr, flush=True)
+        os._exit(2)
 
-    threading.Thread(target=watchdog, name="warmup-watchdog", daemon=True).start()
+    rep.watchdog.guard([rep.channel], cfg.stall_timeout, on_stall, poll_s=POLL_S,
+                       name="warmup-watchdog")
     t0 = time.monotonic()
     res = run.run("env://")
     gathered = _gather_json(res, cfg.dcp, run.device)

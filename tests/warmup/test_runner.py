@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -386,3 +387,36 @@ def test_stall_bundle_without_py_spy_names_the_stalled_rank(
     summary = (Path(res.bundle.removesuffix(".tar.gz")) / "summary.md").read_text()
     assert "stopped in phase convert" in summary.split("## Verdict", 1)[1].split("##", 1)[0]
     assert _gone([row["pid"] for row in res.stall.ranks] + [res.launcher_pid])
+
+
+def test_torchrun_stall_ends_each_rank_through_the_watchdog_guard() -> None:
+    """Under torchrun there is no supervisor process: a rank's guard (the one watchdog) ends it
+    with exit 2 and says where it stopped; rank 1 sleeps before convert's collective, rank 0
+    really blocks inside it."""
+    import socket
+
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = str(sock.getsockname()[1])
+    t0 = time.monotonic()
+    r = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+         "--master-port", port, "-m", "sm120kit", "warmup", "run", "--json",
+         "--inject-stall", "1:convert", "--stall-timeout", "2"],
+        capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+    assert r.returncode != 0
+    assert time.monotonic() - t0 < 90
+    err = r.stderr
+    assert "(Warmup_DCP1 pid=" in err and "inject-stall: stopping before" in err
+    # whichever rank's guard fires first ends the job (torchrun then stops the other): each
+    # guard line says where its rank sits -- rank 1 (the suspect) outside any collective, rank 0
+    # inside the one rank 1 never entered
+    fired = re.findall(r"\(Warmup_DCP(\d) pid=\d+\) stall: no progress for [\d.]+s "
+                       r"\(limit 2s\) in phase convert, (.*)", err)
+    assert fired, err[-3000:]
+    for rank, where in fired:
+        assert where == "outside any collective" if rank == "1" else where.startswith(
+            "waiting in "), (rank, where)
+    assert re.search(r"exitcode\s*:\s*2\b", err), err[-2000:]  # torchrun's failure summary
