@@ -213,6 +213,18 @@ def _load_host(br: BundleReader, bf: BundleFacts, pre: str, node: str | None) ->
         bf.collectors += [{**c, "name": f"{node}:{c.get('name')}"}
                           for c in cols or [] if isinstance(c, dict)]
     _procs, analysis = _load_stacks(br, bf, pre, node)
+    _load_nvml_ras(br, bf, pre)
+    for name in br.names(pre + "vllm-watchdog/"):
+        t = br.read_text(name, cap=4 << 20)
+        sv = _faulthandler_view(name, t or "", analysis)
+        if sv is not None and not any(s.pid == sv.pid and s.node == node for s in bf.stacks):
+            sv.node = node
+            bf.stacks.append(sv)
+    _load_flight(br, bf, pre)
+    _load_first_json(br, bf, pre)
+
+
+def _load_nvml_ras(br: BundleReader, bf: BundleFacts, pre: str) -> None:
     nv = br.read_json(pre + "nvml.json")
     if isinstance(nv, dict):
         samples = nv.get("samples")
@@ -228,12 +240,9 @@ def _load_host(br: BundleReader, bf: BundleFacts, pre: str, node: str | None) ->
             j = br.read_json(name, cap=16 << 20)
             if isinstance(j, dict):
                 bf.ras_json.append((name, j))
-    for name in br.names(pre + "vllm-watchdog/"):
-        t = br.read_text(name, cap=4 << 20)
-        sv = _faulthandler_view(name, t or "", analysis)
-        if sv is not None and not any(s.pid == sv.pid and s.node == node for s in bf.stacks):
-            sv.node = node
-            bf.stacks.append(sv)
+
+
+def _load_flight(br: BundleReader, bf: BundleFacts, pre: str) -> None:
     fl = br.read_json(pre + "flight/index.json")
     if isinstance(fl, dict) and (bf.flight is None or fl.get("groups")):
         bf.flight = fl
@@ -242,18 +251,15 @@ def _load_host(br: BundleReader, bf: BundleFacts, pre: str, node: str | None) ->
             t = br.read_text(name, cap=4 << 20)
             if t:
                 bf.flight_text.append((name, t))
-    doc = br.read_json(pre + "doctor.json")
-    if isinstance(doc, dict) and bf.doctor is None:
-        bf.doctor = doc
-    tl = br.read_json(pre + "timeline.json")
-    if isinstance(tl, dict) and bf.timeline is None:
-        bf.timeline = tl
-    env = br.read_json(pre + "env.json")
-    if isinstance(env, dict) and not bf.env:
-        bf.env = env
-    st = br.read_json(pre + "stall.json")
-    if isinstance(st, dict) and bf.stall is None:
-        bf.stall = st
+
+
+def _load_first_json(br: BundleReader, bf: BundleFacts, pre: str) -> None:
+    """doctor / timeline / env / stall: the first host that has one wins."""
+    for attr, fname in (("doctor", "doctor.json"), ("timeline", "timeline.json"),
+                        ("env", "env.json"), ("stall", "stall.json")):
+        doc = br.read_json(pre + fname)
+        if isinstance(doc, dict) and not getattr(bf, attr):
+            setattr(bf, attr, doc)
 
 
 # --- main entry ------------------------------------------------------------------------------
