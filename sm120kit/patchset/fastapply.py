@@ -17,7 +17,6 @@ or a patch that does not apply as-is returns ``None``: the caller then takes the
 
 from __future__ import annotations
 
-import email.utils
 import hashlib
 import posixpath
 import re
@@ -61,14 +60,34 @@ def _stripspace(text: str) -> str:
     return "\n".join(out) + "\n" if out else ""
 
 
+_DATE_RE = re.compile(
+    r"^(?:[A-Z][a-z]{2}, )?(\d{1,2}) ([A-Z][a-z]{2}) (\d{4}) (\d\d):(\d\d):(\d\d) ([+-])(\d\d)(\d\d)$"
+)
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+
+
+def _days(y: int, m: int, d: int) -> int:
+    """Days since 1970-01-01 of a proleptic Gregorian date."""
+    y -= m <= 2
+    era = y // 400
+    yoe = y - era * 400
+    doy = (153 * (m + (-3 if m > 2 else 9)) + 2) // 5 + d - 1
+    return era * 146097 + yoe * 365 + yoe // 4 - yoe // 100 + doy - 719468
+
+
 def _git_date(value: str) -> str | None:
-    parsed = email.utils.parsedate_tz(value)
-    if parsed is None or parsed[9] is None:
+    """``Wed, 2 Dec 2026 12:00:00 +0100`` (format-patch's Date) as git's ``<seconds> <zone>``;
+    any other form: None (``email.utils`` costs 30 ms of imports, socket included)."""
+    m = _DATE_RE.match(value.strip())
+    if m is None or m.group(2) not in _MONTHS:
         return None
-    off = parsed[9]
-    sign = "-" if off < 0 else "+"
-    off = abs(off) // 60
-    return f"{email.utils.mktime_tz(parsed)} {sign}{off // 60:02d}{off % 60:02d}"
+    day, year = int(m.group(1)), int(m.group(3))
+    hh, mi, ss = int(m.group(4)), int(m.group(5)), int(m.group(6))
+    zone = (int(m.group(8)) * 60 + int(m.group(9))) * (-1 if m.group(7) == "-" else 1)
+    local = _days(year, _MONTHS.index(m.group(2)) + 1, day) * 86400 + hh * 3600 + mi * 60 + ss
+    if not (1 <= day <= 31 and hh < 24 and mi < 60 and ss < 60):
+        return None
+    return f"{local - zone * 60} {m.group(7)}{m.group(8)}{m.group(9)}"
 
 
 def _headers(lines: list[str]) -> tuple[dict[str, str], int] | None:
