@@ -270,12 +270,16 @@ def _plan(
 
 def _marker_states(plan: _Plan) -> dict[str, list[MarkerState]]:
     revs = [plan.base_commit]
-    if plan.head_commit is not None:
+    head_is_base = plan.head_commit == plan.base_commit  # e.g. a fresh clone at the release tag
+    if plan.head_commit is not None and not head_is_base:
         revs.append("HEAD")
     if plan.existing:
         revs.append(plan.existing)
     contents = read_revisions(plan.repo, revs, marker_files(plan.variant))
-    return {r: variant_marker_states(plan.variant, contents[r]) for r in revs}
+    states = {r: variant_marker_states(plan.variant, contents[r]) for r in revs}
+    if head_is_base:  # the same tree: judged once
+        states["HEAD"] = states[plan.base_commit]
+    return states
 
 
 def _check_result_markers(plan: _Plan, commit: str) -> None:
