@@ -7,7 +7,9 @@ Order of work (nothing is written before the last step succeeds):
 3. the base ref resolves (else: how to fetch it); no patch path leaves the tree or crosses a
    symlink of the base tree;
 4. markers at the result branch, HEAD and the base decide "already applied" / "not needed";
-5. ``git am -3`` in a sparse throwaway worktree; markers are re-checked on the result commit;
+5. the series as commits on a temporary index (:mod:`sm120kit.patchset.fastapply`: the commits
+   ``git am`` would make, no worktree); when a patch does not apply as-is, ``git am -3`` in a
+   sparse throwaway worktree; markers are re-checked on the result commit;
 6. only then the result branch is created (and checked out with ``--checkout``).
 """
 
@@ -22,6 +24,7 @@ from sm120kit.errors import ExitCode, UserError
 from sm120kit.gitrun import resolve_many, run_git, tree_modes
 from sm120kit.models.series import Series, Target, Variant
 from sm120kit.patchset import gitengine as ge
+from sm120kit.patchset.fastapply import apply_fast
 from sm120kit.patchset.markers import (
     MarkerState,
     all_in,
@@ -267,12 +270,16 @@ def _plan(
 
 def _marker_states(plan: _Plan) -> dict[str, list[MarkerState]]:
     revs = [plan.base_commit]
-    if plan.head_commit is not None:
+    head_is_base = plan.head_commit == plan.base_commit  # e.g. a fresh clone at the release tag
+    if plan.head_commit is not None and not head_is_base:
         revs.append("HEAD")
     if plan.existing:
         revs.append(plan.existing)
     contents = read_revisions(plan.repo, revs, marker_files(plan.variant))
-    return {r: variant_marker_states(plan.variant, contents[r]) for r in revs}
+    states = {r: variant_marker_states(plan.variant, contents[r]) for r in revs}
+    if head_is_base:  # the same tree: judged once
+        states["HEAD"] = states[plan.base_commit]
+    return states
 
 
 def _check_result_markers(plan: _Plan, commit: str) -> None:
@@ -330,7 +337,9 @@ def _apply_to_checkout(
             if not (s.applied or s.upstream)]
     if checkout:
         ge.ensure_writable(repo, [p for pp in todo for p in pp.paths()])
-    wa = ge.apply_patches_in_worktree(repo, plan.base_commit, todo)
+    fast = apply_fast(repo, plan.base_commit, todo)
+    wa = (ge.WorktreeApply(True, plan.base_commit, fast, [pp.name for pp in todo]) if fast
+          else ge.apply_patches_in_worktree(repo, plan.base_commit, todo))
     if wa.failure is not None or wa.commit is None:
         if plan.port_allowed:
             return _port(series, repo, alias, base, plan.into, from_alias, dry_run)

@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import stat
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -429,25 +430,35 @@ def test_from_accepts_a_variant_name_and_an_unknown_alias(
     assert rc == 2 and "neither an alias nor a variant" in err
 
 
-def test_interrupt_during_am_cleans_up(
+@pytest.mark.parametrize("engine", ["fast", "am"])
+def test_interrupt_during_apply_cleans_up(
     mini_series: MiniSeries, checkout: Path, capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, engine: str,
 ) -> None:
-    """Ctrl-C while `git am` runs (injected right after the real am applied the patches in the
-    worktree, since a real signal cannot be timed reliably): worktree gone, no branch, exit 130."""
-    from sm120kit.patchset import gitengine
+    """Ctrl-C while the series is written (injected right after the real fast path wrote its
+    commits, or the real `git am` applied them in the worktree, since a real signal cannot be
+    timed reliably): no branch, nothing of the checkout changed, temp files gone, exit 130."""
+    from sm120kit.patchset import fastapply, gitengine
 
-    real = gitengine.run_am
+    if engine == "am":  # the slow path: the fast one declines
+        monkeypatch.setattr("sm120kit.patchset.apply.apply_fast", lambda *a: None)
+    module, name = (fastapply, "write_commits") if engine == "fast" else (gitengine, "run_am")
+    real = getattr(module, name)
+    seen: list[object] = []
 
-    def am_then_interrupt(*args: object, **kwargs: object) -> object:
-        real(*args, **kwargs)  # type: ignore[arg-type]
+    def then_interrupt(*args: object, **kwargs: object) -> object:
+        seen.append(real(*args, **kwargs))
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(gitengine, "run_am", am_then_interrupt)
+    monkeypatch.setattr(module, name, then_interrupt)
+    scratch = checkout.parent / "scratch-tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     before = state_fingerprint(checkout)
     rc, _, err = _apply(capsys, "--branch", ALIAS, "--repo", str(checkout))
-    assert rc == 130 and "interrupted" in err
+    assert seen and rc == 130 and "interrupted" in err
     assert state_fingerprint(checkout) == before
+    assert list(scratch.iterdir()) == []
 
 
 @pytest.mark.parametrize("name", ["bad..name", "x.lock", "-x", "a//b", "end/", "sp ace", "a@{b"])
