@@ -14,6 +14,7 @@ import click
 
 from sm120kit.cli import options
 from sm120kit.cli.compose import bundle_hooks
+from sm120kit.cli.output import progress
 from sm120kit.errors import UserError
 from sm120kit.report import console, dump_json, styled
 from sm120kit.validate.launch import LaunchSettings, validate_launch
@@ -82,18 +83,6 @@ def validate_cmd(url: str | None, reference_url: str | None, model: str | None,
       LSE base 2 merged as base e   more than I (two ranks); size depends on the
                                     ranks' LSE spread (docs/validate.md)
     """
-    return _validate(url, reference_url, model, api_key, reference_api_key, dcp, interleave,
-                     block_size, lengths, prompt_lengths, max_tokens, top_logprobs, timeout,
-                     out_dir, ready_timeout, stall_timeout, as_json, as_markdown, launch)
-
-
-
-def _validate(url: str | None, reference_url: str | None, model: str | None,
-              api_key: str | None, reference_api_key: str | None, dcp: int | None,
-              interleave: int | None, block_size: int | None, lengths: str | None,
-              prompt_lengths: str | None, max_tokens: int, top_logprobs: int, timeout: float,
-              out_dir: Path, ready_timeout: float, stall_timeout: float,
-              as_json: bool, as_markdown: bool, launch: tuple[str, ...]) -> int:
     argv = [a for a in launch]
     if argv and argv[0] == "--":
         argv = argv[1:]
@@ -111,20 +100,15 @@ def _validate(url: str | None, reference_url: str | None, model: str | None,
         top_logprobs=top_logprobs, timeout=timeout,
         api_key=api_key or os.environ.get("VLLM_API_KEY") or os.environ.get("OPENAI_API_KEY"),
         reference_api_key=reference_api_key)
-    progress = None if (as_json or as_markdown) else _progress()
+    show = None if (as_json or as_markdown) else progress()
     if argv:
         settings = LaunchSettings(out_dir=out_dir, ready_timeout=ready_timeout,
                                   stall_timeout=stall_timeout, hooks=bundle_hooks(doctor=False))
-        res = validate_launch(argv, opts, settings, progress=progress)
+        res = validate_launch(argv, opts, settings, progress=show)
     else:
-        res = validate(opts, progress=progress)
+        res = validate(opts, progress=show)
     render(res, as_json=as_json, markdown=as_markdown)
     return res.exit_code
-
-
-def _progress() -> Any:
-    con = console(stderr=True)
-    return lambda msg: con.print(f"[dim]… {msg}[/dim]")
 
 
 def render(res: ValidateResult, *, as_json: bool, markdown: bool) -> None:
