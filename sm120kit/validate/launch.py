@@ -23,7 +23,7 @@ from sm120kit.models.timeouts import DEFAULT_STALL_TIMEOUT_S
 from sm120kit.services.snapshot import BundleHooks
 from sm120kit.services.supervision import LaunchOptions, LaunchResult, LaunchSupervisor
 from sm120kit.validate.client import ServerClient
-from sm120kit.validate.identity import refuse_same
+from sm120kit.validate.identity import counters_tell, refuse_same
 from sm120kit.validate.kv import kv_capacity
 from sm120kit.validate.model import NoiseFloor, ServerFacts, ValidateResult
 from sm120kit.validate.run import (
@@ -200,7 +200,8 @@ def _given_reference(opts: ValidateOptions, dcp: ServerClient) -> ServerFacts | 
     if not opts.reference_url:
         return None
     with opts.client(opts.reference_url, "reference", dcp.model) as ref:
-        refuse_same(dcp.url, ref.url, dcp.metrics(), ref.metrics(), opts.dcp)
+        refuse_same(dcp.url, ref.url, dcp.metrics(), ref.metrics(), opts.dcp,
+                    counters_tell(dcp, ref))
         return server_facts(ref)
 
 

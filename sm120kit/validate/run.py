@@ -13,7 +13,7 @@ from typing import Any
 from sm120kit.errors import UserError
 from sm120kit.validate.client import Completion, ServerClient
 from sm120kit.validate.compare import Diff, diff, forced_diff, judge_diff, token_id
-from sm120kit.validate.identity import check_options, refuse_same
+from sm120kit.validate.identity import check_options, counters_tell, refuse_same
 from sm120kit.validate.kv import kv_capacity
 from sm120kit.validate.model import (
     Check,
@@ -363,7 +363,8 @@ def validate(opts: ValidateOptions, progress: Progress | None = None) -> Validat
                           "only needle retrieval is judged")
         try:
             if ref_client is not None:
-                refuse_same(dcp.url, ref_client.url, metrics, ref_client.metrics(), opts.dcp)
+                refuse_same(dcp.url, ref_client.url, metrics, ref_client.metrics(), opts.dcp,
+                            counters_tell(dcp, ref_client))
                 reference = server_facts(ref_client)
             planned = plan(opts, dcp, server, layout, ref_client is not None, reference)
             notes += placement_notes(planned, layout)

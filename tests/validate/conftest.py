@@ -17,9 +17,14 @@ import pytest
 
 SERVER = Path(__file__).with_name("fake_server.py")
 
+# The reference and the correct server report one process start time, as two servers started by
+# one script within a clock tick do (prometheus_client's resolution is 10 ms): validate must still
+# tell them apart (by their request counters) and not refuse them as one process.
+TICK = ["--start-time", "1764979200.00"]
+
 CONFIGS = {
-    "reference": ["--dcp", "1"],
-    "correct": ["--dcp", "4", "--cp-kv-cache-interleave-size", "64"],
+    "reference": ["--dcp", "1", *TICK],
+    "correct": ["--dcp", "4", "--cp-kv-cache-interleave-size", "64", *TICK],
     "lse_base_e": ["--dcp", "4", "--cp-kv-cache-interleave-size", "64", "--merge-base", "e"],
     "keyed": ["--dcp", "4", "--cp-kv-cache-interleave-size", "64", "--api-key", "s3cret-key"],
     "short_reference": ["--dcp", "1", "--max-model-len", "1024"],

@@ -111,6 +111,7 @@ def completion(model: TinyModel, args: argparse.Namespace, req: dict[str, Any],
 def make_handler(model: TinyModel, args: argparse.Namespace) -> type[BaseHTTPRequestHandler]:
     name = args.model_name
     served = [0]
+    counts = {"requests": 0, "prompt_tokens": 0}
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -166,8 +167,15 @@ def make_handler(model: TinyModel, args: argparse.Namespace) -> type[BaseHTTPReq
                 self._send(200, {"object": "list", "data": [
                     {"id": name, "object": "model", "max_model_len": args.max_model_len}]})
             elif path == "/metrics":
+                # vLLM's per-engine counters (v1/metrics/loggers.py) and prometheus_client's
+                # process start, which has a resolution of one clock tick (10 ms)
+                labels = f'engine="0",model_name="{name}"'
+                started = args.start_time if args.start_time is not None else STARTED
                 text = (f'vllm:cache_config_info{{block_size="64",num_gpu_blocks="{args.blocks}"}}'
-                        f" 1.0\nprocess_start_time_seconds {STARTED:.2f}\n")
+                        f" 1.0\nprocess_start_time_seconds {started:.2f}\n"
+                        f'vllm:request_success_total{{{labels},finished_reason="length"}} '
+                        f"{counts['requests']:.1f}\n"
+                        f"vllm:prompt_tokens_total{{{labels}}} {counts['prompt_tokens']:.1f}\n")
                 self._send(200, text.encode(), "text/plain")
             else:
                 self._error(404, f"no route {path}")
@@ -197,6 +205,12 @@ def make_handler(model: TinyModel, args: argparse.Namespace) -> type[BaseHTTPReq
             if code != 200:
                 self._error(code, body["message"], body["param"])
             else:
+                prompts = req.get("prompt")
+                batch = prompts if isinstance(prompts, list) and prompts and not isinstance(
+                    prompts[0], int) else [prompts]
+                counts["requests"] += len(batch)
+                counts["prompt_tokens"] += sum(
+                    len(p) if isinstance(p, list) else len(encode(p or "")) for p in batch)
                 self._send(200, body)
 
     return Handler
@@ -223,6 +237,8 @@ def main() -> None:
     ap.add_argument("--blocks", type=int, default=1000)
     ap.add_argument("--api-key", default=os.environ.get("VLLM_API_KEY"))
     ap.add_argument("--max-logprobs", type=int, default=20)
+    ap.add_argument("--start-time", type=float, default=None,
+                    help="process_start_time_seconds to report (two servers started in one tick)")
     ap.add_argument("--record", help="append every POST body (JSON lines) to this file")
     args = ap.parse_args()
     args.model_name = args.model

@@ -15,7 +15,13 @@ import pytest
 from sm120kit.cli import run
 from sm120kit.errors import UserError
 from sm120kit.validate.client import ServerClient, error_text
-from sm120kit.validate.identity import reported_dcp
+from sm120kit.validate.identity import (
+    counters_tell,
+    one_process,
+    process_start,
+    reported_dcp,
+    traffic,
+)
 
 KEY = "s3cret-key"
 SMALL = ["--dcp", "4", "--interleave", "64", "--prompt-lengths", "200", "--lengths", "700",
@@ -175,6 +181,7 @@ def test_same_server_twice_is_refused(servers: dict[str, str],
     alias = url.replace("127.0.0.1", "localhost")
     rc, err, _ = _err(capsys, "--url", url, "--reference-url", alias, *SMALL)
     assert rc == 2 and "are one server process (same process_start_time_seconds" in err
+    assert "request counters that move together" in err
     assert reported_dcp('vllm:parallel_config_info{decode_context_parallel_size="4"} 1.0') == 4
     assert reported_dcp('vllm:cache_config_info{block_size="64"} 1.0') is None
 
@@ -205,3 +212,35 @@ def test_json_on_ctrl_c(servers: dict[str, str], capsys: pytest.CaptureFixture[s
     res = json.loads(capsys.readouterr().out)
     assert rc == 130 and res["status"] == "error" and res["error"] == "interrupted"
     assert res["exit_code"] == 130
+
+
+def test_two_servers_started_in_one_tick_are_not_one_process(
+        servers: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    """The reference and the correct server report the same process_start_time_seconds (as two
+    servers a script starts together can: 10 ms resolution); their counters tell them apart."""
+    url, ref = servers["correct"], servers["reference"]
+    alias = url.replace("127.0.0.1", "localhost")
+    with ServerClient(url) as a, ServerClient(ref) as b, ServerClient(alias) as same:
+        assert process_start(a.metrics()) == process_start(b.metrics())
+        a.models()
+        assert counters_tell(a, b)() is False
+        before = traffic(b.metrics())
+        assert counters_tell(a, same)() is True
+        assert traffic(b.metrics()) == before  # the probes went to the server under test only
+    rc, res = _json(capsys, "--url", url, "--reference-url", ref, *SMALL)
+    assert rc == 0 and res["verdict"] == "pass", res
+
+
+def test_one_process_cannot_tell_without_moving_counters() -> None:
+    metrics = 'vllm:request_success_total{engine="0",model_name="m"} 3.0\n'
+    pings: list[int] = []
+    # counters that never move within the wait: cannot tell (None), after one probe request
+    assert one_process(lambda: pings.append(1), lambda: metrics, lambda: metrics,
+                       wait_s=0.2) is None
+    assert pings == [1]
+    # no counters at all: no probe request is sent
+    assert one_process(lambda: pings.append(2), lambda: "process_start_time_seconds 1.0\n",
+                       lambda: metrics) is None
+    assert pings == [1]
+    assert traffic('vllm:prompt_tokens_total{engine="0",model_name="m"} 7.0\n'
+                   'vllm:prompt_tokens_total{engine="1",model_name="m"} 5.0\n') == (0.0, 12.0)

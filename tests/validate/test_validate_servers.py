@@ -25,8 +25,9 @@ def _validate(capsys: pytest.CaptureFixture[str], url: str, ref: str | None,
     if ref:
         args += ["--reference-url", ref]
     rc = run(args)
-    out = capsys.readouterr().out
-    return rc, json.loads(out)
+    res = json.loads(capsys.readouterr().out)
+    assert "verdict" in res, res  # an error object instead of a verdict: show it
+    return rc, res
 
 
 def _by_name(res: dict[str, Any]) -> dict[str, dict[str, Any]]:
