@@ -140,15 +140,12 @@ class ServerClient:
                                        f"{self.label} {self.url}")
         return self.model, mml
 
-    def tokenize(self, text: str) -> int:
-        """Token count of ``text`` as a completion prompt (special tokens such as BOS included)."""
-        return len(self.token_ids(text))
-
-    def token_ids(self, text: str) -> list[int]:
-        """Token ids of ``text`` as a completion prompt (special tokens such as BOS included)."""
+    def token_ids(self, text: str, *, special: bool = True) -> list[int]:
+        """Token ids of ``text`` as a completion prompt; ``special``: with the tokens such as
+        BOS that the tokenizer adds to a whole prompt."""
         path = "/tokenize"
         data = self.request("POST", path, {"model": self.model, "prompt": text,
-                                           "add_special_tokens": True}, optional=True)
+                                           "add_special_tokens": special}, optional=True)
         if data is None:
             raise UserError(f"{self._where(path)}: no tokenizer endpoint (404)",
                             hint="validate counts tokens with vLLM's /tokenize; point it at vLLM")
@@ -157,12 +154,14 @@ class ServerClient:
             raise UserError(f"{self._where(path)}: answer has no token ids")
         return [int(i) for i in ids]
 
-    def complete(self, prompt: str, *, max_tokens: int, top_logprobs: int) -> Completion:
+    def complete(self, prompt: str | list[int], *, max_tokens: int,
+                 top_logprobs: int) -> Completion:
         return self.complete_batch([prompt], max_tokens=max_tokens, top_logprobs=top_logprobs)[0]
 
-    def complete_batch(self, prompts: list[str], *, max_tokens: int,
-                       top_logprobs: int) -> list[Completion]:
-        """Greedy completions of several prompts in one request (the server batches them)."""
+    def complete_batch(self, prompts: list[str] | list[list[int]] | list[str | list[int]], *,
+                       max_tokens: int, top_logprobs: int) -> list[Completion]:
+        """Greedy completions of several prompts (texts or token ids) in one request (the
+        server batches them); token ids go to the model as they are (no BOS added)."""
         path = "/v1/completions"
         body = {"model": self.model, "prompt": prompts[0] if len(prompts) == 1 else prompts,
                 "max_tokens": max_tokens, "temperature": 0.0, "top_p": 1.0, "seed": 0,

@@ -3,7 +3,8 @@
 Token ``t`` of a request lives on rank ``(t // I) % N`` (``I`` = interleave, ``N`` = DCP size).
 For each probe length and each rank we pick an interleave chunk owned by that rank near the middle
 of the context (past the first KV blocks, so block-table translation is exercised too), put the
-needle inside it, and check with the server's tokenizer where its tokens really are.
+needle inside it. Prompts are token ids joined from pieces the server tokenized
+(:class:`~sm120kit.validate.texts.Tokens`), so the needle sits exactly where it was placed.
 """
 
 from __future__ import annotations
@@ -11,21 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sm120kit.validate.model import DcpLayout, NeedlePlacement
-from sm120kit.validate.texts import (
-    PAD_WORDS,
-    Counter,
-    Needle,
-    filler,
-    fit_filler,
-    fit_units,
-    make_needle,
-)
+from sm120kit.validate.texts import Needle, Tokens, make_needle
 
 
 @dataclass
 class Probe:
     name: str
-    prompt: str
+    ids: list[int]
     tokens: int
     needle: Needle
     placement: NeedlePlacement
@@ -76,50 +69,28 @@ def tail_start(layout: DcpLayout, length: int, needle_tokens: int,
     return c * i + i - needle_tokens - 2
 
 
-def _pad_to(count: Counter, text: str, target: int) -> tuple[str, int]:
-    """``text`` + short words, as close to ``target`` tokens as they get (never past it)."""
-    def make(n: int) -> str:
-        return text + "".join(PAD_WORDS[j % len(PAD_WORDS)] for j in range(n))
-
-    padded = fit_units(count, target, make)
-    c = count(padded)
-    for _ in range(6):  # the last few tokens: the shortest pieces a tokenizer has
-        if c >= target:
-            break
-        fits = [(n, t) for t in (padded + " a", padded + ",", padded + ".")
-                if c < (n := count(t)) <= target]
-        if not fits:
-            break
-        c, padded = max(fits)
-    return padded, c
-
-
-def build_probe(count: Counter, layout: DcpLayout, length: int, rank: int, seed: int,
-                answer_tokens: int, tail: bool = False) -> Probe | str:
+def build_probe(tok: Tokens, layout: DcpLayout, length: int, rank: int, seed: int,
+                answer_tokens: int, tail: bool = False, key_seed: int = 0) -> Probe | str:
     """The probe prompt, or a one-line reason why this length cannot hold a needle on ``rank``.
     ``tail``: the needle at the end of rank 0's last chunk, the question right after it."""
-    needle = make_needle(seed)
-    base = filler(seed, 4)
-    n_needle = count(base + needle.sentence) - count(base)
-    n_question = count(base + needle.question) - count(base)
-    after = n_question + 8
+    needle = make_needle(seed, key_seed)
+    sentence, question = tok.piece(needle.sentence), tok.piece(needle.question)
+    n_needle, n_question = len(sentence), len(question)
     start = (tail_start(layout, length, n_needle, n_question + answer_tokens) if tail else
-             target_start(layout, length - answer_tokens, rank, n_needle, after))
+             target_start(layout, length - answer_tokens, rank, n_needle, n_question + 8))
     if start is None:
         return (f"{length} tokens, interleave {layout.interleave}: no tail chunk for a needle"
                 if tail else f"{length} tokens are too few to put a needle on rank {rank}")
-    prefix = fit_filler(count, start - 8, seed)
-    prefix, s = _pad_to(count, prefix, start)
-    body = prefix + needle.sentence
-    e = count(body)
-    budget = length - answer_tokens - n_question
+    pre = tok.prefix()
+    head = pre + tok.filler(seed, start - len(pre))
+    body = head + sentence
     if not tail:
-        body = fit_filler(count, budget, seed + 1, lead=body)
-    prompt = body + needle.question
+        body += tok.filler(seed + 1, length - answer_tokens - n_question - len(body))
+    ids = body + question
+    s, e = len(head), len(head) + n_needle
     place = NeedlePlacement(target_rank=rank, start=s, end=e, ranks=owners(layout, s, e))
     name = f"needle@{length} tail rank {rank}" if tail else f"needle@{length} rank {rank}"
-    return Probe(name=name, prompt=prompt, tokens=count(prompt),
-                 needle=needle, placement=place)
+    return Probe(name=name, ids=ids, tokens=len(ids), needle=needle, placement=place)
 
 
 def auto_lengths(max_model_len: int, answer_tokens: int, smallest: int = 1024) -> list[int]:

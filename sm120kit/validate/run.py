@@ -28,7 +28,7 @@ from sm120kit.validate.model import (
     worst,
 )
 from sm120kit.validate.probes import Probe, auto_lengths, build_probe
-from sm120kit.validate.texts import PROMPT_KINDS, reference_prompt
+from sm120kit.validate.texts import PROMPT_KINDS, SEED_STRIDE, Tokens, reference_prompt
 
 
 @dataclass
@@ -80,19 +80,6 @@ def dcp_layout(opts: ValidateOptions, notes: list[str]) -> DcpLayout:
         notes.append("DCP size not given (--dcp): every needle sits on rank 0, which cannot catch "
                      "a rank-mapping error")
     return DcpLayout(dcp=dcp, interleave=inter, block_size=bs, source=src)
-
-
-class _Counter:
-    """Token counts by the server's tokenizer, one /tokenize request per distinct text."""
-
-    def __init__(self, client: ServerClient) -> None:
-        self.client = client
-        self.ids: dict[str, list[int]] = {}
-
-    def __call__(self, text: str) -> int:
-        if text not in self.ids:
-            self.ids[text] = self.client.token_ids(text)
-        return len(self.ids[text])
 
 
 def _prompt_lengths(opts: ValidateOptions, max_len: int) -> list[int]:
@@ -157,7 +144,7 @@ def teacher_force(dcp: ServerClient, ref: ServerClient, planned: list[Planned],
     out: list[Diff | None] = []
     for p, m, r in zip(planned, mine, theirs, strict=True):
         cont = [token_id(t) for t in r.tokens] if r is not None else []
-        if m is None or r is None or p.ids is None or m.tokens == r.tokens or None in cont:
+        if m is None or r is None or m.tokens == r.tokens or None in cont:
             out.append(None)
             continue
         ids = p.ids + [c for c in cont if c is not None]
@@ -211,12 +198,15 @@ class Planned:
 
     name: str
     kind: CheckKind
-    prompt: str
-    tokens: int
+    ids: list[int]  # the prompt, as token ids of the server's tokenizer
     max_tokens: int
     probe: Probe | None = None
     skipped: str | None = None  # why this check could not be built
-    ids: list[int] | None = None  # the prompt's token ids (for teacher forcing)
+    length: int | None = None  # the planned length of a skipped check
+
+    @property
+    def tokens(self) -> int:
+        return self.length if self.length is not None else len(self.ids)
 
 
 def usable_len(server: ServerFacts, reference: ServerFacts | None) -> int | None:
@@ -227,33 +217,36 @@ def usable_len(server: ServerFacts, reference: ServerFacts | None) -> int | None
 
 def plan(opts: ValidateOptions, dcp: ServerClient, server: ServerFacts, layout: DcpLayout,
          with_reference: bool, reference: ServerFacts | None = None) -> list[Planned]:
-    """The prompts, sized with the DCP server's tokenizer (the reference runs the same model)."""
-    count = _Counter(dcp)
+    """The prompts, as token ids of the DCP server's tokenizer (the reference runs the same
+    model): a few pieces tokenized once each, joined (see ``texts.Tokens``)."""
+    tok = Tokens(lambda text, special: dcp.token_ids(text, special=special))
     mml = usable_len(server, reference)
-    out: list[Planned] = []
+    plens: list[int] = []
     if with_reference:
         plens = _prompt_lengths(opts, mml) if mml else (opts.prompt_lengths or [256])
         _check_lengths(plens, mml, opts.max_tokens)
-        for n in plens:
-            for i, kind in enumerate(PROMPT_KINDS):
-                prompt = reference_prompt(kind, opts.seed + i, count, n)
-                out.append(Planned(f"{kind}@{n}", "prompt", prompt, count(prompt), opts.max_tokens,
-                                   ids=count.ids[prompt]))
     lengths = _needle_lengths(opts, mml, server.url)
     _check_lengths(lengths, mml, opts.answer_tokens)
+    # one filler stream serves every probe and prose prompt, each seed at its own offset
+    tok.reserve("filler", max(lengths + plens) + SEED_STRIDE * (layout.dcp + 4))
+    tok.reserve("prompt", max(plens, default=0))
+    out: list[Planned] = []
+    for n in plens:
+        for i, kind in enumerate(PROMPT_KINDS):
+            out.append(Planned(f"{kind}@{n}", "prompt",
+                               reference_prompt(kind, opts.seed + i, tok, n), opts.max_tokens))
     for n in lengths:
         for rank in range(layout.dcp + 1):
             tail = rank == layout.dcp  # + the tail probe: rank 0's newest rows
-            probe = build_probe(count, layout, n, 0 if tail else rank, opts.seed + rank,
-                                opts.answer_tokens, tail=tail)
+            probe = build_probe(tok, layout, n, 0 if tail else rank, opts.seed + rank,
+                                opts.answer_tokens, tail=tail, key_seed=opts.seed)
             if isinstance(probe, str):
                 if not tail:  # no tail chunk (DCP 1, interleave shorter than the needle): nothing to add
-                    out.append(Planned(f"needle@{n} rank {rank}", "needle", "", n, 0,
-                                       skipped=probe))
+                    out.append(Planned(f"needle@{n} rank {rank}", "needle", [], 0,
+                                       skipped=probe, length=n))
             else:
-                out.append(Planned(probe.name, "needle", probe.prompt, probe.tokens,
-                                   opts.answer_tokens, probe=probe,
-                                   ids=count.ids.get(probe.prompt)))
+                out.append(Planned(probe.name, "needle", probe.ids, opts.answer_tokens,
+                                   probe=probe))
     return out
 
 
@@ -276,7 +269,7 @@ def answers(client: ServerClient, planned: list[Planned], opts: ValidateOptions,
             out.append(None)
             continue
         say(f"{client.label}: {p.name}")
-        out.append(client.complete(p.prompt, max_tokens=p.max_tokens,
+        out.append(client.complete(p.ids, max_tokens=p.max_tokens,
                                    top_logprobs=opts.top_logprobs))
     return out
 
@@ -308,7 +301,7 @@ def noise_floor(ref: ServerClient, planned: list[Planned], solo: list[Completion
     if len(idx) < 2:
         return None
     say(f"{ref.label}: noise floor ({len(idx)} prompts in one batch)")
-    again = ref.complete_batch([planned[i].prompt for i in idx], max_tokens=opts.max_tokens,
+    again = ref.complete_batch([planned[i].ids for i in idx], max_tokens=opts.max_tokens,
                                top_logprobs=opts.top_logprobs)
     diffs = []
     for i, got in zip(idx, again, strict=True):

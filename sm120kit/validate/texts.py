@@ -2,19 +2,24 @@
 
 Filler is sentences of common words; the needle is a sentence naming a secret code of a
 "<colour> <animal>" pair that never occurs in the filler, asked for at the end of the prompt.
-Sizes are in the server's tokens, measured through a ``count(text) -> int`` callable (the
-server's ``/tokenize``), so placement is exact for whatever tokenizer the server runs.
+Prompts are token ids, built by joining the ids of a few pieces, each tokenized once by the
+server's own ``/tokenize`` (:class:`Tokens`): every size and every needle position is exact by
+construction, whatever tokenizer the server runs, and a whole plan costs fewer tokenize
+requests than it has prompts (a 16-check plan: about a dozen).
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-Counter = Callable[[str], int]
+from sm120kit.errors import UserError
 
+#: the server's tokenizer: ids of a text, with or without its special tokens (BOS)
+Fetch = Callable[[str, bool], list[int]]
 WORDS = (
     "river stone window garden morning paper table light music field market bridge letter "
     "station winter summer kitchen engine forest harbor mountain village teacher doctor island "
@@ -26,7 +31,6 @@ WORDS = (
 ).split()
 COLOURS = ("crimson", "violet", "amber", "indigo", "scarlet", "teal", "ochre", "magenta")
 ANIMALS = ("otter", "falcon", "lynx", "heron", "badger", "gecko", "walrus", "ibis")
-PAD_WORDS = (" and", " the", " of", " to", " in")
 
 
 @functools.lru_cache(maxsize=8)
@@ -44,32 +48,6 @@ def sentences(seed: int) -> tuple[str, ...]:
 def filler(seed: int, n: int) -> str:
     pool = sentences(seed)
     return "".join(pool[i % len(pool)] for i in range(n))
-
-
-def fit_units(count: Counter, budget: int, make: Callable[[int], str]) -> str:
-    """The longest ``make(n)`` (n units) that stays within ``budget`` tokens (a few counts)."""
-    c1 = count(make(1))
-    per_unit = max((count(make(33)) - c1) / 32, 0.5)
-    lo, lo_text = 0, make(0)
-    n = max(1, 1 + int((budget - c1) / per_unit))
-    for _ in range(8):
-        text = make(n)
-        c = count(text)
-        if c <= budget:
-            lo, lo_text = n, text
-            if budget - c < per_unit:
-                break
-            n += max(1, int((budget - c) / per_unit) - 1)
-        else:
-            n = max(lo + 1, n - max(1, int((c - budget) / per_unit) + 1))
-            if n == lo + 1 and count(make(n)) > budget:
-                break
-    return lo_text
-
-
-def fit_filler(count: Counter, budget: int, seed: int, *, lead: str = "") -> str:
-    """``lead`` + filler sentences, as many tokens as fit in ``budget`` (never more)."""
-    return fit_units(count, budget, lambda n: lead + filler(seed, n))
 
 
 @dataclass(frozen=True)
@@ -90,10 +68,13 @@ class Needle:
         return self.code in text.replace(" ", "")
 
 
-def make_needle(seed: int) -> Needle:
-    rng = random.Random(seed * 7919 + 17)
-    return Needle(key=f"{rng.choice(COLOURS)} {rng.choice(ANIMALS)}",
-                  code=str(rng.randint(1000, 9999)))
+def make_needle(seed: int, key_seed: int = 0) -> Needle:
+    """The code from ``seed``; the key from ``key_seed``, shared by a run's probes (one prompt
+    holds one needle, so probes need not differ in the key; its question is tokenized once)."""
+    key = random.Random(key_seed * 7919 + 17)
+    code = random.Random(seed * 7919 + 29)
+    return Needle(key=f"{key.choice(COLOURS)} {key.choice(ANIMALS)}",
+                  code=str(code.randint(1000, 9999)))
 
 
 PROMPT_KINDS = ("prose", "records", "code")
@@ -111,21 +92,98 @@ def _defs(seed: int, n: int) -> list[str]:
             for i in range(1, n + 1)]
 
 
-def reference_prompt(kind: str, seed: int, count: Counter, budget: int) -> str:
-    """A prompt of at most ``budget`` tokens whose continuation a model can predict (it repeats
-    an earlier record or function head, so the answer is in the context)."""
+#: filler offset between seeds, in tokens (prime: never a multiple of an interleave)
+SEED_STRIDE = 61
+
+
+def _leading(full: list[int], plain: list[int]) -> list[int]:
+    """The special tokens ``full`` (tokenized with them) has before ``plain`` (without)."""
+    for i in range(len(full) - len(plain) + 1):
+        if full[i:i + len(plain)] == plain:
+            return full[:i]
+    return []
+
+
+@dataclass
+class Tokens:
+    """Token ids by the server's tokenizer, one request per distinct piece of text.
+
+    Long material (filler, records, code) is a *stream*: one text long enough for the longest
+    prompt of the plan (``reserve``), tokenized once and cut at a token; a prompt joins slices of
+    streams and short pieces (needle sentence, question) after the tokenizer's special prefix.
+    """
+
+    fetch: Fetch
+    calls: int = 0
+    chars_per_token: float = 4.0  # first guess for sizing a stream; learned from each answer
+    horizon: dict[str, int] = field(default_factory=dict)
+    _pieces: dict[str, list[int]] = field(default_factory=dict)
+    _streams: dict[str, list[int]] = field(default_factory=dict)
+    _prefix: list[int] | None = None
+
+    def _get(self, text: str, special: bool) -> list[int]:
+        self.calls += 1
+        return self.fetch(text, special)
+
+    def reserve(self, kind: str, n: int) -> None:
+        """Size the first request for streams of ``kind`` to ``n`` tokens (the plan's longest)."""
+        self.horizon[kind] = max(self.horizon.get(kind, 0), n)
+
+    def piece(self, text: str) -> list[int]:
+        if text not in self._pieces:
+            self._pieces[text] = self._get(text, False)
+        return self._pieces[text]
+
+    def prefix(self) -> list[int]:
+        """What the tokenizer puts before a prompt (BOS; empty for tokenizers without one)."""
+        if self._prefix is None:
+            probe = " Hello"
+            self._prefix = _leading(self._get(probe, True), self.piece(probe))
+        return self._prefix
+
+    def stream(self, key: str, kind: str, make: Callable[[int], str], n: int) -> list[int]:
+        """At least ``n`` ids of ``make(k)`` (k units of text), or more when ``kind`` is
+        reserved longer; one request unless the tokenizer is denser than guessed."""
+        have = self._streams.get(key)
+        if have is not None and len(have) >= n:
+            return have
+        want = max(n, self.horizon.get(kind, 0))
+        unit = max(len(make(64)) / 64, 1.0)  # characters per unit
+        for _ in range(8):
+            k = max(1, math.ceil(want * self.chars_per_token * 1.1 / unit) + 2)
+            text = make(k)
+            ids = self._get(text, False)
+            if ids:
+                self.chars_per_token = min(self.chars_per_token, len(text) / len(ids))
+            if len(ids) >= n:
+                self._streams[key] = ids
+                return ids
+        raise UserError(f"the server's tokenizer returned too few tokens for {n} tokens of "
+                        f"{kind} text", hint="is /tokenize answering for the served model?")
+
+    def filler(self, seed: int, n: int, *, shift: int = 0) -> list[int]:
+        """``n`` filler ids; each seed starts at its own offset of one shared stream."""
+        if n <= 0:
+            return []
+        off = seed * SEED_STRIDE + shift
+        return self.stream("filler", "filler", lambda k: filler(0, k), off + n)[off:off + n]
+
+
+def reference_prompt(kind: str, seed: int, tok: Tokens, budget: int) -> list[int]:
+    """A prompt of ``budget`` tokens whose continuation a model can predict (it repeats an
+    earlier record or function head, so the answer is in the context)."""
+    pre = tok.prefix()
     if kind == "prose":
-        return fit_filler(count, budget, seed)
+        return pre + tok.filler(seed, budget - len(pre), shift=29)
     if kind == "records":
-        def rec(n: int) -> str:
-            lines = _records(seed, max(n, 2))
-            pick = lines[random.Random(seed + n).randrange(len(lines) // 2)]
-            return "".join(lines) + pick.split(" is ")[0] + " is"
-        return fit_units(count, budget, rec)
-    if kind == "code":
-        def code(n: int) -> str:
-            defs = _defs(seed, max(n, 2))
-            pick = random.Random(seed + n).randrange(len(defs) // 2) + 1
-            return "".join(defs) + f"def f_{pick}(x):\n    return"
-        return fit_units(count, budget, code)
-    raise ValueError(f"unknown prompt kind {kind!r}")
+        line = _records(seed, 3)[random.Random(seed).randrange(3)]
+        tail = tok.piece("\n" + line.split(" is ")[0] + " is")
+        body = tok.stream(f"records:{seed}", "prompt", lambda k: "".join(_records(seed, k)),
+                          budget)
+    elif kind == "code":
+        pick = random.Random(seed).randrange(3) + 1
+        tail = tok.piece(f"\n\ndef f_{pick}(x):\n    return")
+        body = tok.stream(f"code:{seed}", "prompt", lambda k: "".join(_defs(seed, k)), budget)
+    else:
+        raise ValueError(f"unknown prompt kind {kind!r}")
+    return pre + body[:max(0, budget - len(pre) - len(tail))] + tail

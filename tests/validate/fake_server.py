@@ -190,6 +190,8 @@ def make_handler(model: TinyModel, args: argparse.Namespace) -> type[BaseHTTPReq
                 return
             if path == "/tokenize":
                 toks = encode(req.get("prompt", ""))
+                if req.get("add_special_tokens") is False:
+                    toks = toks[1:]  # vLLM's add_special_tokens=False: no BOS
                 self._send(200, {"count": len(toks), "max_model_len": args.max_model_len,
                                  "tokens": toks})
             elif path == "/v1/completions":

@@ -22,7 +22,7 @@ from sm120kit.validate.model import (
 )
 from sm120kit.validate.probes import Probe, auto_lengths, build_probe, target_start
 from sm120kit.validate.run import Planned, judge, placement_notes
-from sm120kit.validate.texts import PROMPT_KINDS, make_needle, reference_prompt
+from sm120kit.validate.texts import PROMPT_KINDS, Tokens, make_needle, reference_prompt
 
 
 def comp(tokens: str, lps: list[float], tops: list[dict[str, float]] | None = None) -> Completion:
@@ -84,42 +84,77 @@ def test_target_start_lands_on_every_rank(dcp: int, inter: int) -> None:
     assert target_start(lay, dcp * inter // 2, dcp - 1, 12, 30) is None
 
 
-def _chars(text: str) -> int:
-    return len(text) + 1  # a character tokenizer with a BOS
+class CharTokenizer:
+    """A character tokenizer with a BOS (id 0), as the test server's; counts its calls."""
+
+    def __init__(self, chars_per_token: int = 1) -> None:
+        self.cpt = chars_per_token
+        self.calls = 0
+
+    def __call__(self, text: str, special: bool) -> list[int]:
+        self.calls += 1
+        ids = [1 + (hash(text[i:i + self.cpt]) % 50000) for i in range(0, len(text), self.cpt)]
+        return ([0] if special else []) + ids
 
 
-def _coarse(text: str) -> int:
-    return 1 + (len(text) + 3) // 4  # 4 characters a token: padding cannot be exact
+def _tok(cpt: int = 1) -> Tokens:
+    return Tokens(CharTokenizer(cpt))
 
 
 def test_needle_placement_exact_with_char_tokenizer() -> None:
     lay = DcpLayout(dcp=4, interleave=64, block_size=64, source="options")
+    tok = _tok()
     for rank in range(4):
-        p = build_probe(_chars, lay, 3000, rank, seed=rank, answer_tokens=12)
+        p = build_probe(tok, lay, 3000, rank, seed=rank, answer_tokens=12)
         assert not isinstance(p, str)
-        assert p.placement.ranks == [rank] and p.tokens <= 3000 - 12
-        assert p.prompt.count(p.needle.sentence) == 1
-        assert _chars(p.prompt[: p.prompt.index(p.needle.sentence)]) == p.placement.start
+        assert p.placement.ranks == [rank] and p.tokens == len(p.ids) == 3000 - 12
+        sentence = tok.piece(p.needle.sentence)
+        s = p.placement.start
+        assert p.ids[0] == 0 and p.ids[s:s + len(sentence)] == sentence
+        assert p.ids[-len(tok.piece(p.needle.question)):] == tok.piece(p.needle.question)
 
 
-def test_needle_placement_with_coarse_tokenizer_stays_on_rank() -> None:
+def test_needle_placement_with_coarse_tokenizer_is_exact_too() -> None:
     lay = DcpLayout(dcp=4, interleave=64, block_size=64, source="options")
+    tok = _tok(4)  # 4 characters a token: joined ids, not padded text, so still exact
     for rank in range(4):
-        p = build_probe(_coarse, lay, 8000, rank, seed=rank, answer_tokens=12)
+        p = build_probe(tok, lay, 8000, rank, seed=rank, answer_tokens=12)
         assert not isinstance(p, str) and p.placement.on_target
+        assert p.placement.ranks == [rank] and p.tokens == 8000 - 12
 
 
 def test_short_length_names_the_rank() -> None:
     lay = DcpLayout(dcp=8, interleave=64, block_size=64, source="options")
-    assert build_probe(_chars, lay, 300, 7, seed=0, answer_tokens=12) == (
+    assert build_probe(_tok(), lay, 300, 7, seed=0, answer_tokens=12) == (
         "300 tokens are too few to put a needle on rank 7")
 
 
 def test_prompts_fit_their_budget() -> None:
-    for kind in PROMPT_KINDS:
-        for budget in (200, 1500):
-            text = reference_prompt(kind, 3, _chars, budget)
-            assert budget * 0.8 <= _chars(text) <= budget, kind
+    for cpt in (1, 4):
+        tok = _tok(cpt)
+        for kind in PROMPT_KINDS:
+            for budget in (200, 1500):
+                ids = reference_prompt(kind, 3, tok, budget)
+                assert len(ids) == budget and ids[0] == 0, (kind, cpt)
+
+
+def test_a_plan_tokenizes_each_piece_once() -> None:
+    """Item 7 of issue 24: fewer /tokenize requests than prompts (was ~9 per prompt). A plan
+    of 2 prompt lengths x 3 kinds and 2 needle lengths x (4 ranks + tail)."""
+    lay = DcpLayout(dcp=4, interleave=64, block_size=64, source="options")
+    for cpt in (1, 4):
+        fetch = CharTokenizer(cpt)
+        tok = Tokens(fetch)
+        tok.reserve("filler", 8000 + 61 * 8)
+        tok.reserve("prompt", 1024)
+        prompts = [reference_prompt(k, i, tok, n) for n in (256, 1024)
+                   for i, k in enumerate(PROMPT_KINDS)]
+        probes = [build_probe(tok, lay, n, r % 4, seed=r, answer_tokens=12, tail=r == 4)
+                  for n in (2028, 8000) for r in range(5)]
+        assert all(not isinstance(p, str) for p in probes) and len(prompts) == 6
+        # the BOS prefix 2, filler 1, records 1 + its tail 1, code 1 + its tail 1, the question
+        # 1, 5 needle sentences (one code each): 13 for 16 prompts
+        assert fetch.calls == tok.calls == 13 < len(prompts) + len(probes), (cpt, fetch.calls)
 
 
 def test_auto_lengths() -> None:
@@ -156,9 +191,9 @@ def test_url_and_answer_parsing() -> None:
 
 def test_needle_verdicts() -> None:
     needle = make_needle(1)
-    probe = Probe(name="needle@4096 rank 2", prompt="p", tokens=4000, needle=needle,
+    probe = Probe(name="needle@4096 rank 2", ids=[0] * 4000, tokens=4000, needle=needle,
                   placement=NeedlePlacement(target_rank=2, start=2100, end=2114, ranks=[2]))
-    planned = [Planned(probe.name, "needle", "p", 4000, 4, probe=probe)]
+    planned = [Planned(probe.name, "needle", probe.ids, 4, probe=probe)]
     hit = comp(f" {needle.code}", [-0.01] * 5)
     miss = comp(" 1234", [-0.01] * 5)
     th = Thresholds()
@@ -173,7 +208,8 @@ def test_needle_verdicts() -> None:
     assert c.verdict is Verdict.SUSPICIOUS and "(by the reference either)" in c.reasons[0]
     # no reference: retrieval alone
     assert judge(planned, [hit], None, th)[0].verdict is Verdict.PASS
-    skipped = [Planned("needle@300 rank 7", "needle", "", 300, 0, skipped="too few tokens")]
+    skipped = [Planned("needle@300 rank 7", "needle", [], 0, skipped="too few tokens",
+                       length=300)]
     c = judge(skipped, [None], [None], th)[0]
     assert c.verdict is Verdict.SUSPICIOUS and c.reasons == ["too few tokens"]
 
@@ -193,12 +229,13 @@ def test_core_imports_without_httpx_and_cli_says_how_to_install(
 
 def test_interleave_1_needles_span_ranks_and_say_so() -> None:
     lay = DcpLayout(dcp=4, interleave=1, block_size=64, source="options")
+    tok = _tok()
     planned = []
     for rank in range(4):
-        p = build_probe(_chars, lay, 2000, rank, seed=rank, answer_tokens=12)
+        p = build_probe(tok, lay, 2000, rank, seed=rank, answer_tokens=12)
         assert not isinstance(p, str)
         assert p.placement.ranks[0] == rank and sorted(p.placement.ranks) == [0, 1, 2, 3]
-        planned.append(Planned(p.name, "needle", p.prompt, p.tokens, 12, probe=p))
+        planned.append(Planned(p.name, "needle", p.ids, 12, probe=p))
     assert placement_notes(planned, lay)[0].startswith(
         "interleave 1 is shorter than the 45-token needle: every needle spans several ranks")
 
