@@ -129,10 +129,11 @@ def test_frozen_hashes_match() -> None:
 
 def test_mix_of_outcomes_and_causes() -> None:
     benign = sum(e["outcome"] != "failure" for e in MANIFEST)
-    assert benign >= len(MANIFEST) // 100, "a held-out set needs healthy / progressing starts"
-    assert len(MANIFEST) >= 20
-    # issue floor for this set: at least 20 entries whose cause the thread establishes
-    assert sum(e["established_cause"] is not None for e in MANIFEST) >= 2
+    assert benign >= len(MANIFEST) // 10, "a held-out set needs healthy / progressing starts"
+    assert len(MANIFEST) >= 40
+    # the target was 20 established causes; the frozen set holds 10 (README "Shortfall"); the
+    # floor keeps a later change from quietly dropping any of them
+    assert sum(e["established_cause"] is not None for e in MANIFEST) >= 10
 
 
 def test_not_all_one_category() -> None:
