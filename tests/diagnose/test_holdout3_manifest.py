@@ -63,6 +63,10 @@ def _urls(obj: Any) -> set[str]:
 def test_entry_schema(entry: dict[str, Any]) -> None:
     assert tuple(entry) == FIELDS
     assert entry["file"] == f"{entry['id']}.txt"
+    number = entry["source_url"].rsplit("/", 1)[1]
+    assert entry["id"].endswith(f"-{number}")
+    # `vllm-<n>` names only vllm-project/vllm threads (forks and other repos named vllm differ)
+    assert entry["id"].startswith("vllm-") == (entry["repo"] == "vllm-project/vllm")
     assert entry["source_url"] == _thread(entry["source_url"]), "normalised thread URL"
     assert entry["source_url"].split("/")[3:5] == entry["repo"].split("/")
     assert isinstance(entry["title"], str) and entry["title"]
