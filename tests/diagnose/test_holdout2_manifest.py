@@ -10,121 +10,50 @@ set cannot change without that file (and the commit that changes it) saying so.
 from __future__ import annotations
 
 import hashlib
-import json
-import re
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-DATA = Path(__file__).resolve().parents[1] / "data"
+from tests.diagnose.corpus_checks import (
+    DATA,
+    check_disjoint,
+    check_entry,
+    check_file,
+    check_frozen,
+    check_listing,
+    manifest,
+)
+
 HERE = DATA / "field-logs-holdout-2"
-MANIFEST: list[dict[str, Any]] = json.loads((HERE / "manifest.json").read_text(encoding="utf-8"))
-
-FIELDS = ("id", "file", "source_url", "repo", "title", "posted", "excerpt", "hardware",
-          "vllm_version", "config", "outcome", "phase", "established_cause",
-          "expected_categories", "notes")
-CAUSE_FIELDS = ("summary", "category", "fix", "quote", "quote_url", "quote_by")
-# the fixed category list of tests/data/field-logs/README.md (plus dcp-not-engaged, which
-# diagnose also names); `healthy` / `progressing` are what a benign log should get
-CATEGORIES = frozenset((
-    "p2p-transport", "autotune-deadlock", "dcp-unsupported", "config-invalid",
-    "library-version", "checkpoint-config", "kv-cache-insufficient", "out-of-memory",
-    "cold-start-timeout", "serving-stall", "cudagraph-capture", "collective-desync",
-    "kernel-hang", "rank-crashed", "shared-memory", "timeout-too-short", "interposer",
-    "dcp-warmup", "dcp-not-engaged", "unknown", "healthy", "progressing"))
-OUTCOMES = frozenset(("failure", "healthy", "progressing"))
-PHASES = frozenset(("startup", "weight-load", "compile", "autotune", "warmup", "capture",
-                    "serving"))
-THREAD = re.compile(r"https://github\.com/([^/\s]+/[^/\s]+)/(?:issues|pull|discussions)/(\d+)")
-
-
-def _thread(url: str) -> str | None:
-    """``https://github.com/o/r/issues/N`` for any issue / PR / discussion URL, else None."""
-    m = THREAD.match(url)
-    return f"https://github.com/{m[1]}/issues/{m[2]}" if m else None
-
-
-def _urls(obj: Any) -> set[str]:
-    """Every GitHub thread URL anywhere in a manifest (source_url, source, quote_url, ...)."""
-    if isinstance(obj, dict):
-        return set().union(*(_urls(v) for v in obj.values())) if obj else set()
-    if isinstance(obj, list):
-        return set().union(*(_urls(v) for v in obj)) if obj else set()
-    if isinstance(obj, str):
-        return {t for t in (_thread(u) for u in re.findall(r"https://\S+", obj)) if t}
-    return set()
+MANIFEST = manifest(HERE)
 
 
 @pytest.mark.parametrize("entry", MANIFEST, ids=[e["id"] for e in MANIFEST])
 def test_entry_schema(entry: dict[str, Any]) -> None:
-    assert tuple(entry) == FIELDS
-    assert entry["file"] == f"{entry['id']}.txt"
-    assert entry["source_url"] == _thread(entry["source_url"]), "normalised thread URL"
-    assert entry["source_url"].split("/")[3:5] == entry["repo"].split("/")
-    assert isinstance(entry["title"], str) and entry["title"]
-    assert isinstance(entry["excerpt"], str) and entry["excerpt"]
-    assert isinstance(entry["config"], dict)
-    assert entry["outcome"] in OUTCOMES
-    assert entry["phase"] is None or entry["phase"] in PHASES
-    cats = entry["expected_categories"]
-    assert cats and set(cats) <= CATEGORIES, cats
-    if entry["outcome"] != "failure":
-        assert cats[0] == entry["outcome"], "a benign log expects its own outcome first"
-    cause = entry["established_cause"]
-    if cause is not None:
-        assert tuple(cause) == CAUSE_FIELDS
-        assert cause["category"] in CATEGORIES - {"healthy", "progressing", "unknown"}
-        assert cause["quote_by"] in ("maintainer", "reporter", "contributor")
-        assert cause["quote"].strip() and cause["summary"] and cause["fix"]
-        assert _thread(cause["quote_url"]) is not None
-        assert cats[0] == cause["category"], "the established cause comes first"
-        assert entry["outcome"] == "failure"
+    check_entry(entry)
 
 
 @pytest.mark.parametrize("entry", MANIFEST, ids=[e["id"] for e in MANIFEST])
 def test_file_present_and_utf8(entry: dict[str, Any]) -> None:
-    raw = (HERE / entry["file"]).read_bytes()
-    assert raw.strip(), "empty excerpt"
-    assert b"\r\n" not in raw
-    raw.decode("utf-8")
+    check_file(HERE / entry["file"])
 
 
 def test_ids_unique_and_every_file_listed() -> None:
-    ids = [e["id"] for e in MANIFEST]
-    assert len(ids) == len(set(ids))
-    on_disk = {p.name for p in HERE.glob("*.txt")}
-    assert on_disk == {e["file"] for e in MANIFEST}
+    check_listing(HERE, MANIFEST)
 
 
 def test_no_thread_shared_with_another_corpus() -> None:
-    ours = {e["source_url"] for e in MANIFEST}
-    others: set[str] = set()
-    for path in DATA.rglob("*.json"):
-        if path.parent != HERE:
-            others |= _urls(json.loads(path.read_text(encoding="utf-8")))
-    for path in DATA.rglob("README.md"):
-        if path.parent != HERE:
-            others |= _urls(path.read_text(encoding="utf-8"))
-    assert others, "the other corpora were not found"
-    assert not ours & others, sorted(ours & others)
+    check_disjoint(HERE, MANIFEST)
+
+
+def test_frozen_hashes_match() -> None:
+    check_frozen(HERE, MANIFEST)
 
 
 def test_every_thread_on_this_side_of_the_hash_split() -> None:
     odd = [e["source_url"] for e in MANIFEST
            if int(hashlib.sha1(e["source_url"].encode()).hexdigest(), 16) % 2 != 0]
     assert not odd, odd
-
-
-def test_frozen_hashes_match() -> None:
-    frozen: dict[str, str] = {}
-    for line in (HERE / "FROZEN.sha256").read_text(encoding="utf-8").splitlines():
-        digest, name = line.split("  ", 1)
-        frozen[name] = digest
-    want = {e["file"] for e in MANIFEST} | {"manifest.json", "README.md"}
-    assert set(frozen) == want
-    for name, digest in frozen.items():
-        assert hashlib.sha256((HERE / name).read_bytes()).hexdigest() == digest, name
 
 
 def test_mix_of_outcomes() -> None:
