@@ -149,15 +149,16 @@ class Tokens:
             return have
         want = max(n, self.horizon.get(kind, 0))
         unit = max(len(make(64)) / 64, 1.0)  # characters per unit
+        k = max(1, math.ceil(want * self.chars_per_token * 1.1 / unit) + 2)
         for _ in range(8):
-            k = max(1, math.ceil(want * self.chars_per_token * 1.1 / unit) + 2)
             text = make(k)
             ids = self._get(text, False)
             if ids:
-                self.chars_per_token = min(self.chars_per_token, len(text) / len(ids))
+                self.chars_per_token = len(text) / len(ids)  # the next stream's first guess
             if len(ids) >= n:
                 self._streams[key] = ids
                 return ids
+            k = max(k + 1, math.ceil(k * want / max(len(ids), 1) * 1.1))
         raise UserError(f"the server's tokenizer returned too few tokens for {n} tokens of "
                         f"{kind} text", hint="is /tokenize answering for the served model?")
 

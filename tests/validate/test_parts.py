@@ -138,6 +138,18 @@ def test_prompts_fit_their_budget() -> None:
                 assert len(ids) == budget and ids[0] == 0, (kind, cpt)
 
 
+def test_a_stream_denser_or_sparser_than_guessed_grows_to_size() -> None:
+    """The first guess is 4 characters a token; a tokenizer far off it in either direction still
+    yields the asked length, in a few requests (records: digits, short words)."""
+    for cpt in (1, 4, 16):
+        tok = _tok(cpt)
+        ids = reference_prompt("records", 1, tok, 3000)
+        # BOS prefix 2 + the tail 1 + the stream 1, or 2 when the first guess was short
+        assert len(ids) == 3000 and tok.calls <= 5, (cpt, tok.calls)
+        prose = reference_prompt("prose", 1, tok, 5000)
+        assert len(prose) == 5000
+
+
 def test_a_plan_tokenizes_each_piece_once() -> None:
     """Item 7 of issue 24: fewer /tokenize requests than prompts (was ~9 per prompt). A plan
     of 2 prompt lengths x 3 kinds and 2 needle lengths x (4 ranks + tail)."""
