@@ -63,6 +63,25 @@ NAMED = [
     ("ValueError: User-specified max_model_len (200000) is greater than the derived max_model_len "
      "(max_position_embeddings=131072 or model_max_length=None in model's config.json).",
      "config-rejected"),
+    # vLLM's Ray executor: https://github.com/vllm-project/vllm/issues/8885
+    ("WARNING 03-18 11:21:32 ray_utils.py:320] The number of required GPUs exceeds the total "
+     "number of available GPUs in the placement group.", "gpus-fewer-than-parallel-size"),
+    # transformers dynamic_module_utils.resolve_trust_remote_code
+    ("ValueError: Loading moonshotai/Kimi-K2.5 requires you to execute the configuration file in "
+     "that repo on your local machine.", "trust-remote-code-missing"),
+    # https://github.com/vllm-project/vllm/issues/12378
+    ("huggingface_hub.errors.HFValidationError: Repo id must be in the form 'repo_name' or "
+     "'namespace/repo_name': '/root/DeepSeek-V2-Lite'. Use `repo_type` argument if needed.",
+     "model-path-invalid"),
+    # torch TCPStore: https://github.com/vllm-project/vllm/issues/11617
+    ("RuntimeError: The server socket has failed to listen on any local network address. "
+     "useIpv6: 0, code: -98, name: EADDRINUSE, message: address already in use", "port-in-use"),
+    # SGLang model_runner KV pool sizing
+    ("RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.",
+     "kv-cache-too-small"),
+    # CUTLASS sm90 kernels (CUTE_INVALID_CONTROL_PATH)
+    ("ERROR : Arch conditional MMA instruction used without targeting appropriate compute "
+     "capability. Aborting.", "binary-mismatch"),
     # https://github.com/vllm-project/vllm/issues/52907, /13052, /52504, /3071
     ("This is a regression, not an unsupported configuration.", "version-regression-stated"),
     ("update，back to version 0.6.4.post1 solved the problem.", "version-regression-stated"),
