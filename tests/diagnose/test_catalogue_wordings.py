@@ -82,6 +82,14 @@ NAMED = [
     # CUTLASS sm90 kernels (CUTE_INVALID_CONTROL_PATH)
     ("ERROR : Arch conditional MMA instruction used without targeting appropriate compute "
      "capability. Aborting.", "binary-mismatch"),
+    # torch c10 alloc_cpu.cpp (host memory) and Kubernetes' container status
+    ("RuntimeError: [enforce fail at alloc_cpu.cpp:83] data. DefaultCPUAllocator: can't allocate "
+     "memory: you tried to allocate 1073741824 bytes. Error code 12 (Cannot allocate memory)",
+     "host-oom-killed"),
+    ("      Reason:       OOMKilled", "host-oom-killed"),
+    # vllm/config/model.py _verify_quantization
+    ("ValueError: Unknown quantization method: nvfp4. Must be one of ['awq', 'fp8'].",
+     "config-rejected"),
     # https://github.com/vllm-project/vllm/issues/52907, /13052, /52504, /3071
     ("This is a regression, not an unsupported configuration.", "version-regression-stated"),
     ("update，back to version 0.6.4.post1 solved the problem.", "version-regression-stated"),
