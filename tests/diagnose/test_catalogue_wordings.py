@@ -164,3 +164,13 @@ def test_a_stated_regression_ranks_above_an_unexplained_crash_but_below_an_error
     p.write_text("\n".join(prose + crash + ["```"]) + "\n")
     cats = [f.category for f in diagnose([p]).findings]
     assert cats[0] == "out-of-memory" and "library-version" in cats[:3], cats
+
+
+def test_a_count_quantifier_is_not_taken_for_the_gate_literal() -> None:
+    """``{0,12}`` is a count, not text: the gate literal of a pattern is text every match holds
+    (before the fix the gate looked for "0,12" and never let a line of this pattern through)."""
+    from sm120kit.diagnose.catalogue.needles import needles
+    assert needles("降级到[^\\n]{0,12}\\d+\\.\\d+") == ["降级到"]
+    assert needles("ab{2,3}cde") == ["cde"]
+    line = "尝试将vllm升级到0.20.0后也会报错，降级到0.19.1正常"
+    assert CAT.passes(line) and "cat:version-regression-stated" in dict(CAT.scan(line))
