@@ -90,6 +90,12 @@ NAMED = [
     # vllm/config/model.py _verify_quantization
     ("ValueError: Unknown quantization method: nvfp4. Must be one of ['awq', 'fp8'].",
      "config-rejected"),
+    # the container toolkit: https://github.com/vllm-project/vllm/issues/5635
+    ("nvidia-container-cli: requirement error: unsatisfied condition: cuda>=12.4, please update "
+     "your driver to a newer version, or use an earlier cuda container: unknown.", "binary-mismatch"),
+    # vllm/config/scheduler.py verify_max_model_len
+    ("ValueError: max_num_batched_tokens (2048) is smaller than max_model_len (32768). This "
+     "effectively limits the maximum sequence length to max_num_batched_tokens", "config-rejected"),
     # https://github.com/vllm-project/vllm/issues/52907, /13052, /52504, /3071
     ("This is a regression, not an unsupported configuration.", "version-regression-stated"),
     ("update，back to version 0.6.4.post1 solved the problem.", "version-regression-stated"),
