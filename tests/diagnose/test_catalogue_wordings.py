@@ -180,3 +180,17 @@ def test_a_count_quantifier_is_not_taken_for_the_gate_literal() -> None:
     assert needles("ab{2,3}cde") == ["cde"]
     line = "尝试将vllm升级到0.20.0后也会报错，降级到0.19.1正常"
     assert CAT.passes(line) and "cat:version-regression-stated" in dict(CAT.scan(line))
+
+
+def test_one_line_names_one_cause_the_most_specific_entry(tmp_path: Path) -> None:
+    """torch's "Unknown CUDA arch (12.0+PTX) or GPU not supported" is also a "ValueError: ... not
+    supported" (the broad configuration entry): the toolchain entry, of higher priority, names
+    the line and the broad one does not claim it as a second cause."""
+    p = tmp_path / "a.log"
+    p.write_text("\n".join(_worker_crash("ValueError: Unknown CUDA arch (12.0+PTX) or GPU not "
+                                         "supported")) + "\n")
+    cats = [f.category for f in diagnose([p]).findings]
+    assert cats[0] == "library-version" and "config-invalid" not in cats, cats
+    p.write_text("\n".join(_worker_crash("ValueError: FP8 KV cache is not supported with this "
+                                         "backend")) + "\n")
+    assert diagnose([p]).findings[0].category == "config-invalid"
