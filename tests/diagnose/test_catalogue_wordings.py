@@ -96,6 +96,14 @@ NAMED = [
     # vllm/config/scheduler.py verify_max_model_len
     ("ValueError: max_num_batched_tokens (2048) is smaller than max_model_len (32768). This "
      "effectively limits the maximum sequence length to max_num_batched_tokens", "config-rejected"),
+    # NCCL src/init.cc: two ranks bound to one device
+    ("(Worker_PP1_TP0 pid=3954408) ERROR 02-27 00:29:48 [multiproc_executor.py:863] Duplicate GPU "
+     "detected : rank 2 and rank 0 both on CUDA device 1000", "two-ranks-one-gpu"),
+    # transformers dynamic_module_utils.check_imports
+    ("ImportError: This modeling file requires the following packages that were not found in "
+     "your environment: flash_attn. Run `pip install flash_attn`", "module-missing"),
+    ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure "
+     "that the latest NVIDIA driver is installed and running.", "binary-mismatch"),
     # https://github.com/vllm-project/vllm/issues/52907, /13052, /52504, /3071
     ("This is a regression, not an unsupported configuration.", "version-regression-stated"),
     ("update，back to version 0.6.4.post1 solved the problem.", "version-regression-stated"),
