@@ -32,9 +32,6 @@ NAMED = [
     ("RuntimeError: operator torchvision::nms does not exist", "binary-mismatch"),
     # https://github.com/QwenLM/Qwen3-VL/issues/51 (vLLM's _C ops missing)
     ("AttributeError: '_OpNamespace' '_C' object has no attribute 'gelu_quick'", "binary-mismatch"),
-    # https://github.com/facebookresearch/xformers/issues/982
-    ("WARNING[XFORMERS]: xFormers can't load C++/CUDA extensions. xFormers was built for:",
-     "binary-mismatch"),
     # torch/cuda/__init__.py _lazy_init
     ("AssertionError: Torch not compiled with CUDA enabled", "binary-mismatch"),
     # NCCL src/enqueue.cc, https://github.com/vllm-project/vllm/issues/3069
@@ -64,8 +61,8 @@ NAMED = [
      "(max_position_embeddings=131072 or model_max_length=None in model's config.json).",
      "config-rejected"),
     # vLLM's Ray executor: https://github.com/vllm-project/vllm/issues/8885
-    ("WARNING 03-18 11:21:32 ray_utils.py:320] The number of required GPUs exceeds the total "
-     "number of available GPUs in the placement group.", "gpus-fewer-than-parallel-size"),
+    ("ValueError: The number of required GPUs exceeds the total number of available GPUs in the "
+     "placement group.", "gpus-fewer-than-parallel-size"),
     # transformers dynamic_module_utils.resolve_trust_remote_code
     ("ValueError: Loading moonshotai/Kimi-K2.5 requires you to execute the configuration file in "
      "that repo on your local machine.", "trust-remote-code-missing"),
@@ -122,6 +119,8 @@ NOT_A_FAULT = [
     "'libcudart.so.12: cannot open shared object file: No such file or directory')",
     "│ Use this as the main tuning/regression signal for kernels, NCCL, DCP, MTP, and scheduler changes. │",
     "INFO 01-01 00:00:00 [cuda.py:1] Falling back to 0.9 for gpu_memory_utilization, works on any GPU",
+    # xFormers' load warning: runs on another attention backend go on (https://github.com/facebookresearch/xformers/issues/982)
+    "WARNING[XFORMERS]: xFormers can't load C++/CUDA extensions. xFormers was built for:",
 ]
 
 
@@ -202,3 +201,17 @@ def test_one_line_names_one_cause_the_most_specific_entry(tmp_path: Path) -> Non
     p.write_text("\n".join(_worker_crash("ValueError: FP8 KV cache is not supported with this "
                                          "backend")) + "\n")
     assert diagnose([p]).findings[0].category == "config-invalid"
+
+
+def test_a_placement_group_warning_is_a_cause_only_when_the_run_stopped(tmp_path: Path) -> None:
+    """Newer vLLM warns "The number of required GPUs exceeds ..." and waits for the Ray nodes: a
+    run whose nodes join goes on (no finding of it); one that stops there names it."""
+    warn = ("WARNING 03-18 11:21:32 ray_utils.py:320] The number of required GPUs exceeds the "
+            "total number of available GPUs in the placement group.")
+    p = tmp_path / "r.log"
+    p.write_text("INFO 03-18 11:21:30 api_server.py:1] vLLM API server version 0.6.3\n" + warn + "\n"
+                 "INFO 03-18 11:22:40 model_runner.py:1] Loading model weights took 12.5 GB\n")
+    assert "config-invalid" not in [f.category for f in diagnose([p]).findings]
+    p.write_text("INFO 03-18 11:21:30 api_server.py:1] vLLM API server version 0.6.3\n" + warn + "\n"
+                 "TimeoutError: Timed out waiting for engine core processes to start.\n")
+    assert "config-invalid" in [f.category for f in diagnose([p]).findings[:3]]
