@@ -101,6 +101,12 @@ NAMED = [
      "your environment: flash_attn. Run `pip install flash_attn`", "module-missing"),
     ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure "
      "that the latest NVIDIA driver is installed and running.", "binary-mismatch"),
+    # NCCL >= 2.19's WARN form and torch's driver-API check
+    ("node1:2345:2401 [3] include/alloc.h:103 NCCL WARN Cuda failure 2 'out of memory'", "cuda-oom"),
+    ("RuntimeError: CUDA driver error: out of memory", "cuda-oom"),
+    # https://github.com/NVIDIA/FasterTransformer/issues/25
+    ("what():  [FT][ERROR] CUDA runtime error: CUBLAS_STATUS_ARCH_MISMATCH "
+     "/root/fastertransformer/cuda/open_attention.h:171", "binary-mismatch"),
     # https://github.com/vllm-project/vllm/issues/52907, /13052, /52504, /3071
     ("This is a regression, not an unsupported configuration.", "version-regression-stated"),
     ("update，back to version 0.6.4.post1 solved the problem.", "version-regression-stated"),
