@@ -125,6 +125,8 @@ NOT_A_FAULT = [
     "'libcudart.so.12: cannot open shared object file: No such file or directory')",
     "│ Use this as the main tuning/regression signal for kernels, NCCL, DCP, MTP, and scheduler changes. │",
     "INFO 01-01 00:00:00 [cuda.py:1] Falling back to 0.9 for gpu_memory_utilization, works on any GPU",
+    "Benchmarks show no regression in throughput since 0.10.2 on H100.",
+    "This is not a regression in 0.11.0: the flag was never supported.",
     # xFormers' load warning: runs on another attention backend go on (https://github.com/facebookresearch/xformers/issues/982)
     "WARNING[XFORMERS]: xFormers can't load C++/CUDA extensions. xFormers was built for:",
 ]
