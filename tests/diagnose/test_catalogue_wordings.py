@@ -127,6 +127,8 @@ NOT_A_FAULT = [
     "INFO 01-01 00:00:00 [cuda.py:1] Falling back to 0.9 for gpu_memory_utilization, works on any GPU",
     "Benchmarks show no regression in throughput since 0.10.2 on H100.",
     "This is not a regression in 0.11.0: the flag was never supported.",
+    "Downgrading to 0.6.3 did not solve it, same hang.",
+    "I went back to version 0.10.2 but it still does not work.",
     # xFormers' load warning: runs on another attention backend go on (https://github.com/facebookresearch/xformers/issues/982)
     "WARNING[XFORMERS]: xFormers can't load C++/CUDA extensions. xFormers was built for:",
 ]
