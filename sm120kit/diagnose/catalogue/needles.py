@@ -49,6 +49,11 @@ def _runs(branch: str) -> list[str]:
             runs.append(cur)
             cur = ""
             continue
+        if c == "{" and not cls and "}" in branch[i:]:  # a {m,n} count is no literal
+            runs.append(cur)
+            cur = ""
+            i = branch.index("}", i) + 1
+            continue
         if cls or depth or c in _META:
             cls = (cls and c != "]") or (c == "[" and not depth)
             depth += (c == "(") - (c == ")") if not cls else 0

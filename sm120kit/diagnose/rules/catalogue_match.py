@@ -25,7 +25,19 @@ def matched(ctx: RuleContext) -> list[tuple[Entry, list[Evidence]]]:
             continue
         out.append((e, list(hits.evidence)))
     out.sort(key=lambda x: (-x[0].priority, -x[0].confidence, x[0].id))
-    return out
+    return _one_cause_per_line(out)
+
+
+def _one_cause_per_line(found: list[tuple[Entry, list[Evidence]]]
+                        ) -> list[tuple[Entry, list[Evidence]]]:
+    """A line states one fault: of the entries that match it (a broad "ValueError: ... not
+    supported" and the toolchain's "Unknown CUDA arch ... not supported"), the one of the highest
+    priority names it; the others lose that line, and drop out without one."""
+    owner: dict[str, str] = {}
+    for e, ev in found:  # highest priority first
+        owner.update((x.ref, e.id) for x in ev if x.ref not in owner)
+    kept = [(e, [x for x in ev if owner[x.ref] == e.id]) for e, ev in found]
+    return [(e, ev) for e, ev in kept if ev]
 
 
 def _summary(e: Entry, ev: Evidence) -> str:
