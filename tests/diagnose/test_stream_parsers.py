@@ -29,6 +29,18 @@ def _reference(data: bytes, max_line: int) -> list[tuple[int, bytes]]:
     return out
 
 
+# serving chatter the bulk path thins out (stream._scan_bulk keeps only the last line of each
+# run): request lines, HTTP access lines that are not 5xx, spec-decode and busy throughput metrics
+_CHATTER = (b"] Received request ", b"] Added request ", b"] Finished request ",
+            b"] SpecDecoding metrics: ")
+
+
+def _chatter(line: bytes) -> bool:
+    return (any(c in line for c in _CHATTER) or (b"HTTP/1." in line and b'" 5' not in line)
+            or (b"generation throughput: " in line and b"generation throughput: 0.0 " not in line
+                and b"Running: " in line))
+
+
 def test_scan_crlf_no_final_newline_and_empty() -> None:
     assert list(scan(io.BytesIO(b""))) == []
     got = list(scan(io.BytesIO(b"a\r\nb\r\n\r\nc")))
@@ -90,8 +102,20 @@ def test_scan_matches_reference_split(chunks: list[bytes], block: int) -> None:
         assert refd[n] == t
     kept = {n for n, _t in got}
     full = dict(_reference(data, 1 << 30))
-    for n, _t in ref:  # only NCCL INFO lines may be skipped (judged on the whole, uncut line)
-        assert n in kept or NCCL_INFO in full[n]
+    # only NCCL INFO lines and serving chatter may be skipped (judged on the whole, uncut line),
+    # and of a run of chatter the last line is kept: a skipped chatter line has a chatter line
+    # right after it
+    for n, _t in ref:
+        if n in kept or NCCL_INFO in full[n]:
+            continue
+        assert _chatter(full[n]) and n + 1 in full and _chatter(full[n + 1]), (n, full[n])
+
+
+def test_scan_keeps_the_last_line_of_a_chatter_run() -> None:
+    """The example hypothesis found (it failed the old property: chatter was not allowed to be
+    skipped): two 'Added request' lines, the first thinned out, the last kept."""
+    data = b"] Added request \n] Added request \n"
+    assert [n for n, _t in scan(io.BytesIO(data), block=64, max_line=100)] == [2]
 
 
 def test_attribute_every_prefix_era() -> None:
