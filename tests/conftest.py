@@ -7,6 +7,9 @@
   (needs release wheels from PyPI on a cold cache: set here for every test that uses a release
   fixture, by hand for tests that build releases themselves) and ``slow`` (> 30 s).
   ``pytest -m "not network and not slow"`` is the fast offline lane.
+* hypothesis runs derandomized (the same examples every run), so a property test cannot pass
+  on one run of CI and fail the next; ``HYPOTHESIS_PROFILE=explore`` draws fresh examples (and
+  found the stream reader's chatter case that way).
 """
 
 from __future__ import annotations
@@ -17,6 +20,11 @@ import threading
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+settings.register_profile("deterministic", derandomize=True, database=None)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "deterministic"))
 
 _SESSION_CACHE = os.environ.get("SM120KIT_TEST_CACHE") or os.path.expanduser(
     "~/.cache/sm120kit-test"
