@@ -100,6 +100,13 @@ _TABLE: tuple[tuple[str, str, str], ...] = (
     ("ld-preload", "LD_PRELOAD", r"LD_PRELOAD"),
     ("nccl-so-path", "VLLM_NCCL_SO_PATH", r"VLLM_NCCL_SO_PATH"),
     ("hami", "HAMI", r"HAMI|libvgpu|vgpu"),
+    # the GPU-sharing layers that LD_PRELOAD a CUDA/NVML hook into the container: HAMi / HAMi-core
+    # (libvgpu.so), the Volcano vGPU device plugin (ships HAMi-core), the 4paradigm k8s-vgpu
+    # scheduler; named in a report as "HAMi 2.7.0", "HAMi-core", "volcano-vgpu-device-plugin"
+    ("gpu-virt", "HAMi", r"\bHAMi(?:-core)?\b"),
+    ("gpu-virt", "HAMI", r"\bHAMI(?:_CORE|-core)?\b"),
+    ("gpu-virt", "vgpu", r"(?i)libvgpu\.so|vgpu[-_ ]device[-_ ]plugin|k8s-vgpu-scheduler"),
+    ("gpu-virt", "vGPU", r"(?i)vgpu[-_ ]device[-_ ]plugin|libvgpu\.so"),
     ("nccl-plugin", "plugin", r"NCCL INFO (?:NET/)?Plugin|libnccl-net|NCCL_NET_PLUGIN|tuner plugin"),
     # config
     ("divisible", "divisible", r"must be divisible by|should be divisible by|is not divisible by"),
