@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from sm120kit.diagnose import catalogue as C
 from sm120kit.diagnose.engine import diagnose
 
 # vLLM v1/engine/utils.py wait_for_engine_startup (0.10 .. 0.11): the API server's last words when
@@ -77,3 +78,43 @@ def test_a_paste_that_stops_inside_nccl_init_is_still_reported(tmp_path: Path) -
              "cudaDev 0 nvmlDev 0 busId 1c0 commId 0x74ccea0716a093e1 - Init START"]
     res = diagnose([_write(tmp_path, "### Describe the bug\n\n```\n" + "\n".join(lines) + "\n```\n")])
     assert res.exit_code == 1 and "stops during nccl-init" in res.verdict, res.verdict
+
+
+# --- what a report says about the multi-GPU path of a hang (rules/p2p_transport.py) ----------
+def test_a_hang_only_with_tensor_parallel_on_geforce_boards_is_the_p2p_path(tmp_path: Path) -> None:
+    # https://github.com/vllm-project/vllm/issues/2466 (the report's words)
+    text = ("I am trying to run inferece server on multi GPU using this on (4 * NVIDIA GeForce RTX "
+            "3090) server.\n\n**python -u -m vllm.entrypoints.api_server --model "
+            "mistralai/Mistral-7B-Instruct-v0.2 --tensor-parallel-size 4**\n\nwhile this works "
+            "fine when using --tensor-parallel-size =1 , but on using tensor-parallel-size >1 it "
+            "stuck on strat up.\n")
+    f = diagnose([_write(tmp_path, text)]).findings[0]
+    assert f.category == "p2p-transport" and 0.5 <= f.confidence < 0.8, f
+    assert "works on one GPU" in f.summary and "GeForce" in f.summary
+
+
+def test_works_on_one_gpu_without_a_hang_is_not_the_p2p_path(tmp_path: Path) -> None:
+    """The same words beside a crash that is not a hang add nothing to a P2P reading."""
+    text = ("It works fine with tensor-parallel-size=1 on 2 x NVIDIA GeForce RTX 4090, with 2 it "
+            "fails:\n\n```\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+            "2.00 GiB. GPU 0 has a total capacity of 23.64 GiB of which 1.12 GiB is free.\n```\n")
+    res = diagnose([_write(tmp_path, text)])
+    assert "p2p-transport" not in [f.category for f in res.findings], res.findings
+
+
+def test_cuda_driver_invalid_device_ordinal_is_a_peer_memory_failure(tmp_path: Path) -> None:
+    # https://github.com/vllm-project/vllm/issues/26525 (vLLM 0.11.0, symmetric-memory all-reduce)
+    text = ("I'm running the new vllm v0.11.0 and getting following issue :\n"
+            "RuntimeError: CUDA driver error: invalid device ordinal\n")
+    f = diagnose([_write(tmp_path, text)]).findings[0]
+    assert f.category == "p2p-transport" and f.rule == "peer-memory-map-failed"
+
+
+def test_the_flashinfer_all_reduce_fallback_warning_is_not_that_failure() -> None:
+    # vLLM 0.30 flashinfer_all_reduce.py: logged as a warning, then another all-reduce is used
+    line = ("(Worker_TP0 pid=641) WARNING 09-17 18:12:38 [flashinfer_all_reduce.py:108] Failed to "
+            "initialize FlashInfer All Reduce workspace: CUDA driver error: invalid device ordinal.")
+    ids = [sid for sid, _m in C.load(environ={}).scan(line)]
+    assert "cat:peer-memory-map-failed" not in ids
+    assert "cat:peer-memory-map-failed" in [
+        sid for sid, _m in C.load(environ={}).scan("RuntimeError: CUDA driver error: invalid device ordinal")]

@@ -117,6 +117,8 @@ def _described(ctx: RuleContext) -> list[Finding]:
     if acs:
         why.append("ACS/IOMMU is named")
         ev += acs[:1]
+    why, more = _multi_gpu(ctx, why)
+    ev += more
     nccl_init = ctx.logs.global_tracker.stage == "nccl-init" or any(
         "NCCL" in t or "nccl" in t for _s, _l, t in d.symptoms)
     if nccl_init and not first:
@@ -132,6 +134,23 @@ def _described(ctx: RuleContext) -> list[Finding]:
         fix="Run with NCCL_P2P_DISABLE=1 (SHM transport) to confirm; for a real fix disable ACS on "
             "the PCIe bridges (BIOS, or setpci) and set iommu=pt/off; check "
             "`nvidia-smi topo -p2p r` and `sudo lspci -vvv | grep ACSCtl`.")]
+
+
+def _multi_gpu(ctx: RuleContext, why: list[str]) -> tuple[list[str], list[Evidence]]:
+    """What a report says in words about the multi-GPU path of a *hang* (a described or logged
+    stall, not any complaint): it works on one GPU, the GPUs share PCIe only, consumer boards."""
+    if not (ctx.logs.described.symptoms or ctx.stalled()):
+        return why, []
+    ev: list[Evidence] = []
+    for sid, words in (("multi-gpu-only", "it works on one GPU and hangs only with tensor "
+                        "parallelism (the multi-GPU transport)"),
+                       ("pcie-only-said", "the GPUs are linked over PCIe only (no NVLink)"),
+                       ("geforce", "the GPUs are consumer GeForce boards (no supported PCIe P2P)")):
+        h = ctx.hits(sid)
+        if h:
+            why = why + [words]
+            ev += h[:1]
+    return why, ev
 
 
 RULE = Rule(
