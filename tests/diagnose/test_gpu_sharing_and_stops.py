@@ -118,3 +118,50 @@ def test_the_flashinfer_all_reduce_fallback_warning_is_not_that_failure() -> Non
     assert "cat:peer-memory-map-failed" not in ids
     assert "cat:peer-memory-map-failed" in [
         sid for sid, _m in C.load(environ={}).scan("RuntimeError: CUDA driver error: invalid device ordinal")]
+
+
+# --- the engine-ready wait running out under a slow load (rules/timeout_too_short.py) ---------
+# https://github.com/vllm-project/vllm/issues/35547 (vLLM 0.15, a 163-shard checkpoint): the API
+# server process (which waits VLLM_ENGINE_READY_TIMEOUT_S for the engine) dies mid-load
+_API_TB = ["(ApiServer_5 pid=463645) Process ApiServer_5:",
+           "(ApiServer_5 pid=463645) Traceback (most recent call last):",
+           '(ApiServer_5 pid=463645)   File "/usr/lib/python3.12/multiprocessing/process.py", '
+           "line 314, in _bootstrap",
+           "(ApiServer_5 pid=463645)     self.run()"]
+
+
+def _load(elapsed: str) -> str:
+    return (f"Loading safetensors checkpoint shards:  65% Completed | 106/163 [{elapsed}<05:20,  "
+            "5.63s/it]")
+
+
+def test_api_server_dying_late_in_a_slow_load_is_the_ready_wait(tmp_path: Path) -> None:
+    text = "\n".join(["```", _load("09:36"), *_API_TB, "```"]) + "\n"
+    f = diagnose([_write(tmp_path, text)]).findings[0]
+    assert f.category == "timeout-too-short" and f.confidence < 0.8, f
+    assert "VLLM_ENGINE_READY_TIMEOUT_S" in f.summary and "106/163" in f.summary
+
+
+def test_api_server_dying_early_in_the_load_is_not_the_ready_wait(tmp_path: Path) -> None:
+    """Two minutes into the load the 600 s wait cannot have run out."""
+    text = "\n".join(["```", _load("02:01"), *_API_TB, "```"]) + "\n"
+    res = diagnose([_write(tmp_path, text)])
+    assert "timeout-too-short" not in [f.category for f in res.findings]
+    assert res.exit_code == 1  # still a recorded failure
+
+
+# --- NCCL WARNs that state a fault (evidence/logs/nccl_state.py) -------------------------------
+def test_nccl_warns_that_state_a_fault_are_recorded_failures(tmp_path: Path) -> None:
+    # NCCL misc/shmutils.cc (NVIDIA/nccl#1518) and misc/strongstream.cc (vllm-project/vllm#3069):
+    # both WARNs are followed by an error return
+    for line, cat in (
+            ("node1:1234:1234 [0] misc/shmutils.cc:103 NCCL WARN Cuda failure 'invalid argument'",
+             None),
+            ("node1:1234:1234 [0] misc/strongstream.cc:53 NCCL WARN NCCL cannot be captured in a "
+             "graph if either it wasn't built with CUDA runtime >= 11.3 or if the installed CUDA "
+             "driver < R465.", "library-version")):
+        res = diagnose([_write(tmp_path, "node1:1234:1234 [0] NCCL INFO NCCL version "
+                               "2.19.3+cuda11.0\n" + line + "\n")])
+        assert res.exit_code == 1, (line, res.verdict)
+        if cat:
+            assert res.findings[0].category == cat
