@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from sm120kit.diagnose import catalogue as C
 from sm120kit.diagnose.engine import diagnose
 
@@ -165,3 +167,40 @@ def test_nccl_warns_that_state_a_fault_are_recorded_failures(tmp_path: Path) -> 
         assert res.exit_code == 1, (line, res.verdict)
         if cat:
             assert res.findings[0].category == cat
+
+
+# --- NCCL network transport / bootstrap failures (catalogue/transport.toml) --------------------
+@pytest.mark.parametrize(("line", "entry"), [
+    # https://github.com/gpustack/gpustack/issues/2275
+    ("gpu:77952:77952 [0] misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to "
+     "172.21.0.1<57093> failed : Software caused connection abort", "nccl-socket-connect-failed"),
+    # https://github.com/sgl-project/sglang/issues/3820
+    ("node5:240:240 [6] misc/socket.cc:533 NCCL WARN socketPollConnect: Connect to "
+     "10.0.0.4<56849> returned 113(No route to host) errno 115(Operation now in progress)",
+     "nccl-socket-connect-failed"),
+    # NCCL bootstrap.cc (a public RDT fine-tuning log)
+    ("rcvlab-A6000x4-0:223645:223645 [0] bootstrap.cc:45 NCCL WARN Bootstrap : no socket "
+     "interface found", "nccl-no-socket-interface"),
+    # https://github.com/NVIDIA/nccl/issues/1405
+    ("kp-ddp-worker-0:3468:3905 [4] ib_plugin.c:1615 NCCL WARN NET/IB : Got completion from peer "
+     "10.216.210.236<54862> with status=12 opcode=0 len=0 vendor err 129 (Recv)",
+     "nccl-ib-completion-error"),
+])
+def test_nccl_transport_failures_are_p2p_transport(tmp_path: Path, line: str, entry: str) -> None:
+    text = ("INFO 06-22 21:43:24 [pynccl.py:69] vLLM is using nccl==2.21.5\n" + line + "\n"
+            "node5:240:240 [6] NCCL INFO init.cc:1534 -> 2\n")
+    res = diagnose([_write(tmp_path, text)])
+    assert res.exit_code == 1
+    top = res.findings[0]
+    assert top.category == "p2p-transport" and top.rule == entry and top.confidence < 0.8, top
+
+
+def test_nccl_retry_and_plugin_lines_are_not_transport_failures() -> None:
+    """NCCL INFO lines of a healthy start name sockets and missing plugins: no entry fires."""
+    cat = C.load(environ={})
+    for line in ("gpu:77952:77952 [0] NCCL INFO NET/Plugin: Plugin load returned 2 : "
+                 "libnccl-net.so: cannot open shared object file: No such file or directory : "
+                 "when loading libnccl-net.so",
+                 "gpu:77952:77952 [0] NCCL INFO Bootstrap : Using ens3:172.16.0.16<0>",
+                 "node1:1234:1234 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.1<0>"):
+        assert not [s for s, _m in cat.scan(line) if s.startswith("cat:nccl-")], line

@@ -3,14 +3,20 @@ NCCL init on a PCIe box that uses the P2P transport (ACS/IOMMU redirect)."""
 
 from __future__ import annotations
 
+import re
+
 from sm120kit.diagnose.rules import collective_not_started
 from sm120kit.diagnose.rules.base import Finding, Rule, RuleContext
 from sm120kit.evidence.logs.analyze import Evidence
 
+_GPU_PEER = re.compile(r"(?i)peer[- ]to[- ]peer|peer (?:access|mapping|memory|device)")
+
 
 def check(ctx: RuleContext) -> list[Finding]:
     out: list[Finding] = []
-    warns = [e for e in ctx.logs.nccl_warns if "P2P" in e.text or "peer" in e.text.lower()
+    # the GPU peer path, not a network peer ("Got completion from peer 10.0.0.2<52310>",
+    # "Connection closed by remote peer": catalogue/transport.toml)
+    warns = [e for e in ctx.logs.nccl_warns if "P2P" in e.text or _GPU_PEER.search(e.text)
              or "cuIpc" in e.text or "cudaIpc" in e.text]
     if warns:
         out.append(RULE.finding(0.8, "NCCL warned about the peer-to-peer path", warns[:4],

@@ -15,7 +15,7 @@ _OPCOUNT = re.compile(r"(?P<op>\w+): opCount (?P<n>[0-9a-f]+) .*?comm (?P<comm>0
 # "Cuda failure 'invalid argument'" (CUDACHECK), "Call to connect returned Connection refused",
 # "NCCL cannot be captured in a graph if ..." (ncclInvalidUsage), "... timeout", "... failed"
 _WARN_FAULT = re.compile(r"rror|ailed|ailure|imeout|imed out|[Cc]annot |[Ii]nvalid |not supported"
-                         r"|[Uu]nsupported|returned ")
+                         r"|[Uu]nsupported|returned |no socket interface|Got completion from peer")
 MAX_WARNS = 50
 MAX_COMMS = 256
 MAX_ENV = 200
