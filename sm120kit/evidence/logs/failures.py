@@ -22,6 +22,16 @@ _FAIL_GATE = ("imed out", "imeout", "died", "exit", "RC=", "rc=", "returncode", 
               "dumped", "terminate", "Fatal", "FAILED", "SIG", "EngineDead", "failed", "atchdog",
               "eartbeat", "error", "ncclSystem", "ncclInternal", "ncclUnhandled", "ncclInvalid",
               "of memory")
+# failure statements in other shapes: Python logging / uvicorn level words ("ERROR:    Application
+# startup failed. Exiting."), Ray's wrapped exceptions ("ray.exceptions.RayTaskError(RuntimeError):
+# ray::..."), dotted exception types named for a failure ("torch._dynamo.exc.BackendCompilerFailed:
+# backend='inductor' raised:"), and the shell's job-control line for a killed/crashed job
+# ("[1]    12345 killed     vllm serve ...", "[1]+  Killed  vllm serve ...")
+_STATED = re.compile(
+    r"^(?:ERROR|CRITICAL|FATAL):\s"
+    r"|^(?:\w+\.)*\w+(?:Error|Exception)\(\w+\): "
+    r"|^(?:[a-z_]\w*\.)+[A-Z]\w*(?:Failed|Failure): "
+    r"|^\[\d+\][+-]?\s+(?:\d+\s+)?(?:[Kk]illed|[Ss]egmentation fault|[Aa]bort(?:ed)?|[Bb]us error)\s")
 KEEP = 8
 
 
@@ -55,6 +65,8 @@ def _is_failure(o: Origin, msg: str, text: str) -> bool:
                 return True
             break
     if exception_line(msg) is not None or "AssertionError" in text or "Error: " in text:
+        return True
+    if _STATED.match(msg):
         return True
     # traceback frames (their exception line may be cut off)
     return msg[:1] in " \tfF" and bool(FRAME.match(msg) or msg.startswith("frame #")

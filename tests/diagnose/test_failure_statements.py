@@ -1,0 +1,49 @@
+"""Failure statements in shapes other than a vLLM ERROR record or a ``XxxError: ...`` line are
+recorded failures (evidence/logs/failures.py): a log that holds one is never answered exit 0.
+Each line is a real wording; its source is named beside it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sm120kit.diagnose.engine import diagnose
+
+HEAD = "INFO 05-01 10:00:00 [default_loader.py:267] Loading weights took 3.30 seconds\n"
+
+STATED = [
+    # uvicorn's own logger (uvicorn/lifespan/on.py) after the app's startup raised
+    "ERROR:    Application startup failed. Exiting.",
+    # Ray wraps the worker's exception type (ray/exceptions.py RayTaskError.as_instanceof_cause)
+    "ray.exceptions.RayTaskError(RuntimeError): ray::RayWorkerWrapper.execute_method() "
+    "(pid=1234, ip=10.0.0.1, actor_id=abc)",
+    # torch._dynamo.exc.BackendCompilerFailed (torch/_dynamo/exc.py)
+    "torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised:",
+    # zsh / bash job control for a job the kernel killed
+    "[1]    12345 killed     vllm serve Qwen/Qwen3-8B",
+    "[1]+  Killed                  vllm serve Qwen/Qwen3-8B",
+]
+
+NOT_STATED = [
+    'INFO:     127.0.0.1:53422 - "GET /health HTTP/1.1" 200 OK',
+    "WARNING 05-01 10:00:01 [config.py:1200] To see benefits of async output processing, enable "
+    "CUDA graph. Since, enforce-eager is enabled, async output processor cannot be used",
+    "[1] 12345",
+]
+
+
+def _run(tmp_path: Path, line: str) -> int:
+    p = tmp_path / "run.log"
+    p.write_text(HEAD + line + "\n")
+    return int(diagnose([p]).exit_code)
+
+
+@pytest.mark.parametrize("line", STATED)
+def test_a_stated_failure_is_never_answered_exit_zero(tmp_path: Path, line: str) -> None:
+    assert _run(tmp_path, line) == 1
+
+
+@pytest.mark.parametrize("line", NOT_STATED)
+def test_ordinary_lines_are_not_failures(tmp_path: Path, line: str) -> None:
+    assert _run(tmp_path, line) == 0
