@@ -47,3 +47,20 @@ def test_a_stated_failure_is_never_answered_exit_zero(tmp_path: Path, line: str)
 @pytest.mark.parametrize("line", NOT_STATED)
 def test_ordinary_lines_are_not_failures(tmp_path: Path, line: str) -> None:
     assert _run(tmp_path, line) == 0
+
+
+@pytest.mark.parametrize(("line", "category"), [
+    # torch assertNotCapturing (ATen/cuda/CUDAGraphsUtils.cuh)
+    ("RuntimeError: Cannot call CUDAGeneratorImpl::current_seed during CUDA graph capture. If you "
+     "need this call to be captured, please file an issue. Current cudaStreamCaptureStatus: "
+     "cudaStreamCaptureStatusActive", "cudagraph-capture"),
+    # SGLang scheduler watchdog (logger.error, no level word in SGLang's format)
+    ("[2025-03-04 12:54:52 TP0] Scheduler watchdog timeout (self.watchdog_timeout=300, "
+     "self.soft=False)", "kernel-hang"),
+])
+def test_capture_and_watchdog_statements_name_their_class(tmp_path: Path, line: str,
+                                                          category: str) -> None:
+    p = tmp_path / "run.log"
+    p.write_text(HEAD + line + "\n")
+    res = diagnose([p])
+    assert res.exit_code == 1 and res.findings[0].category == category, res.verdict
