@@ -204,3 +204,25 @@ def test_nccl_retry_and_plugin_lines_are_not_transport_failures() -> None:
                  "gpu:77952:77952 [0] NCCL INFO Bootstrap : Using ens3:172.16.0.16<0>",
                  "node1:1234:1234 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.1<0>"):
         assert not [s for s, _m in cat.scan(line) if s.startswith("cat:nccl-")], line
+
+
+# --- one quoted shm_broadcast message is a minute of waiting, not a stall ----------------------
+# vLLM's shm_broadcast.py message, quoted the way https://github.com/gpustack/gpustack/issues/3888
+# quotes it in a report about a slow model load
+SHM = ("No available shared memory broadcast block found in 60 seconds. This typically happens "
+       "when some processes are hanging or doing some time-consuming work (e.g. compilation).")
+
+
+def test_one_quoted_shm_wait_in_a_slow_load_report_is_not_a_stall(tmp_path: Path) -> None:
+    text = ("### Steps to reproduce\n\nDeploy DeepSeek-V3.2 with vLLM v0.11.0\n\n### GPU\n\nNVIDIA H200\n\n"
+            "### Actual result\n\nIt takes a long time to load the model, and the following logs "
+            f"are printed during the process:\n\n```\n{SHM}\n```\n")
+    res = diagnose([_write(tmp_path, text)])
+    assert res.exit_code == 0, res.verdict
+
+
+def test_the_same_wait_in_a_hang_report_is_still_a_stall(tmp_path: Path) -> None:
+    text = ("### Steps to reproduce\n\nDeploy DeepSeek-V3.2 with vLLM v0.11.0\n\n### GPU\n\nNVIDIA H200\n\n"
+            f"### Actual result\n\nThe server hangs forever after this:\n\n```\n{SHM}\n```\n")
+    res = diagnose([_write(tmp_path, text)])
+    assert res.exit_code == 1, res.verdict
