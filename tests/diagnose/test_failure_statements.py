@@ -64,3 +64,33 @@ def test_capture_and_watchdog_statements_name_their_class(tmp_path: Path, line: 
     p.write_text(HEAD + line + "\n")
     res = diagnose([p])
     assert res.exit_code == 1 and res.findings[0].category == category, res.verdict
+
+
+# vLLM csrc/custom_all_reduce.cuh CUDACHECK wording (https://github.com/vllm-project/vllm/issues/52457)
+CAR_FAULT = "Failed: Cuda error /workspace/csrc/custom_all_reduce.cuh:164 'an illegal memory access was encountered'"
+IMA = "torch.AcceleratorError: CUDA error: an illegal memory access was encountered"
+
+
+def test_a_fault_in_the_custom_all_reduce_kernel_is_the_p2p_path(tmp_path: Path) -> None:
+    p = tmp_path / "run.log"
+    p.write_text(HEAD + CAR_FAULT + "\n" + IMA + "\n")
+    res = diagnose([p])
+    top = res.findings[0]
+    assert top.category == "p2p-transport" and top.confidence < 0.8, top
+    kh = [f for f in res.findings if f.category == "kernel-hang"]
+    assert kh and kh[0].confidence < top.confidence
+
+
+def test_a_fault_elsewhere_stays_a_device_fault(tmp_path: Path) -> None:
+    p = tmp_path / "run.log"
+    p.write_text(HEAD + IMA + "\n")
+    res = diagnose([p])
+    assert res.findings[0].category == "kernel-hang"
+    assert "p2p-transport" not in [f.category for f in res.findings]
+
+
+def test_the_cudacheck_line_alone_is_a_recorded_failure(tmp_path: Path) -> None:
+    p = tmp_path / "run.log"
+    p.write_text(HEAD + "Failed: Cuda error /workspace/csrc/custom_all_reduce.cuh:307 'invalid "
+                 "argument'\n")
+    assert int(diagnose([p]).exit_code) == 1
