@@ -226,3 +226,12 @@ def test_the_same_wait_in_a_hang_report_is_still_a_stall(tmp_path: Path) -> None
             f"### Actual result\n\nThe server hangs forever after this:\n\n```\n{SHM}\n```\n")
     res = diagnose([_write(tmp_path, text)])
     assert res.exit_code == 1, res.verdict
+
+
+def test_hami_core_limits_in_the_env_name_the_layer(tmp_path: Path) -> None:
+    """The env the HAMi device plugin sets (HAMi-core README: CUDA_DEVICE_MEMORY_LIMIT,
+    CUDA_DEVICE_SM_LIMIT) names the interposer even when the report does not."""
+    text = ("Environment of the pod:\n\n```\nCUDA_DEVICE_MEMORY_LIMIT_0=24000m\n"
+            "CUDA_DEVICE_SM_LIMIT=100\n```\n\n```\n" + ENGINE_FAILED + "\n```\n")
+    res = diagnose([_write(tmp_path, text)])
+    assert res.findings[0].category == "interposer", res.findings

@@ -122,6 +122,8 @@ _TABLE: tuple[tuple[str, str, str], ...] = (
     ("gpu-virt", "HAMI", r"\bHAMI(?:_CORE|-core)?\b"),
     ("gpu-virt", "vgpu", r"(?i)libvgpu\.so|vgpu[-_ ]device[-_ ]plugin|k8s-vgpu-scheduler"),
     ("gpu-virt", "vGPU", r"(?i)vgpu[-_ ]device[-_ ]plugin|libvgpu\.so"),
+    # HAMi-core's own limits, set in the pod env by the HAMi device plugin (HAMi-core README)
+    ("gpu-virt", "CUDA_DEVICE_", r"\bCUDA_DEVICE_(?:MEMORY_LIMIT|SM_LIMIT|MEMORY_SHARED_CACHE)\w*="),
     ("nccl-plugin", "plugin", r"NCCL INFO (?:NET/)?Plugin|libnccl-net|NCCL_NET_PLUGIN|tuner plugin"),
     # config
     ("divisible", "divisible", r"must be divisible by|should be divisible by|is not divisible by"),
