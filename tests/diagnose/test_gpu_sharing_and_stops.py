@@ -235,3 +235,20 @@ def test_hami_core_limits_in_the_env_name_the_layer(tmp_path: Path) -> None:
             "CUDA_DEVICE_SM_LIMIT=100\n```\n\n```\n" + ENGINE_FAILED + "\n```\n")
     res = diagnose([_write(tmp_path, text)])
     assert res.findings[0].category == "interposer", res.findings
+
+
+def test_a_run_that_always_stops_is_a_described_stop(tmp_path: Path) -> None:
+    # https://github.com/vllm-project/vllm/issues/16772 (the report's words and first log line)
+    text = ("### Describe the bug\n\nWhen I use two gpu to load the model, the vllm always stopped. "
+            "But vllm works for one gpu inference.\n\nINFO 04-17 17:24:47 [core.py:61] "
+            "Initializing a V1 LLM engine (v0.8.4) with config: model='Qwen2.5-VL-7b', "
+            "tensor_parallel_size=2\n")
+    res = diagnose([_write(tmp_path, text)])
+    assert res.exit_code == 1 and "always stopped" in res.verdict, res.verdict
+
+
+def test_stopping_the_server_on_purpose_is_not_a_symptom(tmp_path: Path) -> None:
+    text = ("I just stopped the server after the benchmark.\n\nINFO 04-17 17:24:47 [core.py:61] "
+            "Initializing a V1 LLM engine (v0.8.4) with config: model='Qwen2.5-VL-7b', "
+            "tensor_parallel_size=2\n")
+    assert diagnose([_write(tmp_path, text)]).exit_code == 0
