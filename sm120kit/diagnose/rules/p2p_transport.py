@@ -3,14 +3,20 @@ NCCL init on a PCIe box that uses the P2P transport (ACS/IOMMU redirect)."""
 
 from __future__ import annotations
 
+import re
+
 from sm120kit.diagnose.rules import collective_not_started
 from sm120kit.diagnose.rules.base import Finding, Rule, RuleContext
 from sm120kit.evidence.logs.analyze import Evidence
 
+_GPU_PEER = re.compile(r"(?i)peer[- ]to[- ]peer|peer (?:access|mapping|memory|device)")
+
 
 def check(ctx: RuleContext) -> list[Finding]:
     out: list[Finding] = []
-    warns = [e for e in ctx.logs.nccl_warns if "P2P" in e.text or "peer" in e.text.lower()
+    # the GPU peer path, not a network peer ("Got completion from peer 10.0.0.2<52310>",
+    # "Connection closed by remote peer": catalogue/transport.toml)
+    warns = [e for e in ctx.logs.nccl_warns if "P2P" in e.text or _GPU_PEER.search(e.text)
              or "cuIpc" in e.text or "cudaIpc" in e.text]
     if warns:
         out.append(RULE.finding(0.8, "NCCL warned about the peer-to-peer path", warns[:4],
@@ -117,6 +123,8 @@ def _described(ctx: RuleContext) -> list[Finding]:
     if acs:
         why.append("ACS/IOMMU is named")
         ev += acs[:1]
+    why, more = _multi_gpu(ctx, why)
+    ev += more
     nccl_init = ctx.logs.global_tracker.stage == "nccl-init" or any(
         "NCCL" in t or "nccl" in t for _s, _l, t in d.symptoms)
     if nccl_init and not first:
@@ -132,6 +140,23 @@ def _described(ctx: RuleContext) -> list[Finding]:
         fix="Run with NCCL_P2P_DISABLE=1 (SHM transport) to confirm; for a real fix disable ACS on "
             "the PCIe bridges (BIOS, or setpci) and set iommu=pt/off; check "
             "`nvidia-smi topo -p2p r` and `sudo lspci -vvv | grep ACSCtl`.")]
+
+
+def _multi_gpu(ctx: RuleContext, why: list[str]) -> tuple[list[str], list[Evidence]]:
+    """What a report says in words about the multi-GPU path of a *hang* (a described or logged
+    stall, not any complaint): it works on one GPU, the GPUs share PCIe only, consumer boards."""
+    if not (ctx.logs.described.symptoms or ctx.stalled()):
+        return why, []
+    ev: list[Evidence] = []
+    for sid, words in (("multi-gpu-only", "it works on one GPU and hangs only with tensor "
+                        "parallelism (the multi-GPU transport)"),
+                       ("pcie-only-said", "the GPUs are linked over PCIe only (no NVLink)"),
+                       ("geforce", "the GPUs are consumer GeForce boards (no supported PCIe P2P)")):
+        h = ctx.hits(sid)
+        if h:
+            why = why + [words]
+            ev += h[:1]
+    return why, ev
 
 
 RULE = Rule(

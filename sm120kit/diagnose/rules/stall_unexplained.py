@@ -18,7 +18,7 @@ def check(ctx: RuleContext) -> list[Finding]:
     ev += [e for _r, e, _k in lg.watchdog[:2]]
     ev += [e for _m, e, _k in lg.rpc_timeouts[:1]]
     ev += ctx.hits("gloo-timeout")[:1] + ctx.hits("heartbeat")[:1]
-    if not ev:
+    if not ev or _quoted_wait(ctx, len(ev)):
         return []
     ws = ctx.workers()
     where = sorted({p.tracker.stage for p in ws if p.tracker.stage}) or \
@@ -28,6 +28,16 @@ def check(ctx: RuleContext) -> list[Finding]:
     return [RULE.finding(
         0.3, f"the run stalled with ranks in {', '.join(where)}{extra}; the logs alone do not "
         "name a cause", ev[:5], tier="config")]
+
+
+def _quoted_wait(ctx: RuleContext, n_ev: int) -> bool:
+    """One 60-s shm_broadcast message quoted with no phase, no other stall sign and no hang or
+    failure in the words around it (a report that loading is slow quotes the message vLLM prints
+    while it waits): a minute of waiting, not a stall."""
+    lg = ctx.logs
+    d = lg.described
+    return (lg.shm_count == 1 and n_ev == 1 and lg.global_tracker.stage is None
+            and not lg.failures and not d.symptoms and not d.complaints)
 
 
 RULE = Rule(

@@ -25,9 +25,12 @@ _HEAD = re.compile(r"^\s*GPU0\s+GPU1\b")
 _SYMPTOM = re.compile(
     r"\b(?:hangs?|hanging|hung|deadlock(?:s|ed|ing)?|stuck|freez(?:e|es|ing)|frozen|wedged"
     r"|never (?:returns|completes|finishes|progress\w*)|no progress|spin(?:s|ning)? (?:at|with) 100"
-    r"|hard-resets?|(?:requests?|generation) (?:hang|stall)\w*)\b", re.IGNORECASE)
+    r"|hard-resets?|(?:requests?|generation) (?:hang|stall)\w*"
+    # "the vllm always stopped" / "it just stops there": the run stops making progress
+    r"|(?:always|keeps?|just) stop(?:s|ped|ping)?(?! (?:the|it|working|serving)\b))\b",
+    re.IGNORECASE)
 _SYMPTOM_GATE = ("ang", "ung", "eadlock", "tuck", "reez", "rozen", "edged", "never", "no progress",
-                 "pin", "reset", "tall")
+                 "pin", "reset", "tall", "stop")
 # vLLM's own shm_broadcast message says "some processes are hanging": not a user's description
 # a person saying something failed (prose lines only: log records have their own levels)
 _COMPLAINT = re.compile(

@@ -16,12 +16,22 @@ _FAIL = re.compile(
     r"(?:code|status) -?[1-9]|\bRC=[1-9]|_RC=[1-9]|\brc=[1-9]|returncode[ =:]+-?[1-9]"
     r"|Aborted|Segmentation fault|core dumped|terminate called|Fatal Python error|\bFAILED\b"
     r"|SIG(?:ABRT|SEGV|KILL|BUS)|EngineDeadError|initialization failed|failed to start"
-    r"|Watchdog caught|[Hh]eartbeat monitor timed out|CUDA error|NCCL error|ncclSystemError"
+    r"|Watchdog caught|[Ww]atchdog timeout|Failed: Cuda error|Failed: CUDA error|[Hh]eartbeat monitor timed out|CUDA error|NCCL error|ncclSystemError"
     r"|ncclInternalError|ncclUnhandledCudaError|ncclInvalidUsage|out of memory")
 _FAIL_GATE = ("imed out", "imeout", "died", "exit", "RC=", "rc=", "returncode", "Abort", "ault",
               "dumped", "terminate", "Fatal", "FAILED", "SIG", "EngineDead", "failed", "atchdog",
               "eartbeat", "error", "ncclSystem", "ncclInternal", "ncclUnhandled", "ncclInvalid",
               "of memory")
+# failure statements in other shapes: Python logging / uvicorn level words ("ERROR:    Application
+# startup failed. Exiting."), Ray's wrapped exceptions ("ray.exceptions.RayTaskError(RuntimeError):
+# ray::..."), dotted exception types named for a failure ("torch._dynamo.exc.BackendCompilerFailed:
+# backend='inductor' raised:"), and the shell's job-control line for a killed/crashed job
+# ("[1]    12345 killed     vllm serve ...", "[1]+  Killed  vllm serve ...")
+_STATED = re.compile(
+    r"^(?:ERROR|CRITICAL|FATAL):\s"
+    r"|^(?:\w+\.)*\w+(?:Error|Exception)\(\w+\): "
+    r"|^(?:[a-z_]\w*\.)+[A-Z]\w*(?:Failed|Failure): "
+    r"|^\[\d+\][+-]?\s+(?:\d+\s+)?(?:[Kk]illed|[Ss]egmentation fault|[Aa]bort(?:ed)?|[Bb]us error)\s")
 KEEP = 8
 
 
@@ -55,6 +65,8 @@ def _is_failure(o: Origin, msg: str, text: str) -> bool:
                 return True
             break
     if exception_line(msg) is not None or "AssertionError" in text or "Error: " in text:
+        return True
+    if _STATED.match(msg):
         return True
     # traceback frames (their exception line may be cut off)
     return msg[:1] in " \tfF" and bool(FRAME.match(msg) or msg.startswith("frame #")

@@ -11,6 +11,11 @@ from sm120kit.evidence.logs.records import Evidence, Proc
 from sm120kit.evidence.logs.versions import VersionScan
 
 _OPCOUNT = re.compile(r"(?P<op>\w+): opCount (?P<n>[0-9a-f]+) .*?comm (?P<comm>0x[0-9a-f]+)")
+# an NCCL WARN that states a fault: NCCL's WARN() before it returns an error code -
+# "Cuda failure 'invalid argument'" (CUDACHECK), "Call to connect returned Connection refused",
+# "NCCL cannot be captured in a graph if ..." (ncclInvalidUsage), "... timeout", "... failed"
+_WARN_FAULT = re.compile(r"rror|ailed|ailure|imeout|imed out|[Cc]annot |[Ii]nvalid |not supported"
+                         r"|[Uu]nsupported|returned |no socket interface|Got completion from peer")
 MAX_WARNS = 50
 MAX_COMMS = 256
 MAX_ENV = 200
@@ -59,7 +64,7 @@ class NcclState:
         self.nccl_warn_count += 1
         if len(self.nccl_warns) < MAX_WARNS:
             self.nccl_warns.append(ev)
-        if "rror" in msg or "ailed" in msg or "imeout" in msg or "imed out" in msg:
+        if _WARN_FAULT.search(msg):
             note_failure(ev)
         if p.first_error is None and ("rror" in msg or "ailure" in msg):
             p.first_error, p.first_error_order = ev, order

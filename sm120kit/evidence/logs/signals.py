@@ -60,6 +60,21 @@ _TABLE: tuple[tuple[str, str, str], ...] = (
     ("acs-iommu", "iommu", r"\biommu=|amd_iommu|intel_iommu"),
     ("p2p-mention", "P2P", r"\bP2P\b(?! Chunksize| plugin)"),
     ("p2p-mention", "peer", r"(?i)peer[- ]to[- ]peer|peer (?:path|access|traffic)"),
+    # a report that the same launch works on one GPU and fails/hangs only with TP > 1 (the
+    # multi-GPU path: P2P / NCCL transports) - "works fine when using --tensor-parallel-size=1",
+    # "vllm works for one gpu inference", "switching --tensor_parallel_size to 1 allows start"
+    ("multi-gpu-only", "ork", r"(?i)\bworks?\b[^.]{0,40}?(?:tensor[-_ ]parallel[-_ ]size|\btp)"
+     r"\s*(?:=|to|of)?\s*1\b(?!\.\d)|\bworks?\b[^.]{0,30}?\b(?:one|single|1) ?gpu\b"),
+    ("multi-gpu-only", "fine", r"(?i)\bfine\b[^.]{0,30}?(?:tensor[-_ ]parallel[-_ ]size|\btp)"
+     r"\s*(?:=|to|of)?\s*1\b(?!\.\d)|\bfine\b[^.]{0,30}?\b(?:one|single|1) ?gpu\b"),
+    ("multi-gpu-only", "llow", r"(?i)(?:tensor[-_ ]parallel[-_ ]size|\btp)\s*(?:=|to)?\s*1\b[^.]"
+     r"{0,20}\ballows? (?:it )?(?:to )?start"),
+    # GPUs linked over PCIe only, said in words ("PCIe, no NVLink")
+    ("pcie-only-said", "NVLink", r"(?i)\bno NVLink\b|without NVLink|NVLink: ?(?:no|none|n/a)\b"),
+    ("pcie-only-said", "PCIe", r"(?i)PCIe[- ]only|only (?:over |via )?PCIe"),
+    # consumer GeForce boards: PCIe peer-to-peer is not supported on them (NVIDIA disables it on
+    # the RTX 40 series; 30 series only through an NVLink bridge)
+    ("geforce", "GeForce", r"GeForce RTX \d{4}"),
     ("custom-ar", "ustom", r"--disable-custom-all-reduce|[Cc]ustom all-?reduce"),
     ("first-collective", "first", r"first (?:collective|all_?reduce|all-reduce|ncclAllReduce|NCCL "
      r"(?:collective|call|op))"),
@@ -100,6 +115,15 @@ _TABLE: tuple[tuple[str, str, str], ...] = (
     ("ld-preload", "LD_PRELOAD", r"LD_PRELOAD"),
     ("nccl-so-path", "VLLM_NCCL_SO_PATH", r"VLLM_NCCL_SO_PATH"),
     ("hami", "HAMI", r"HAMI|libvgpu|vgpu"),
+    # the GPU-sharing layers that LD_PRELOAD a CUDA/NVML hook into the container: HAMi / HAMi-core
+    # (libvgpu.so), the Volcano vGPU device plugin (ships HAMi-core), the 4paradigm k8s-vgpu
+    # scheduler; named in a report as "HAMi 2.7.0", "HAMi-core", "volcano-vgpu-device-plugin"
+    ("gpu-virt", "HAMi", r"\bHAMi(?:-core)?\b"),
+    ("gpu-virt", "HAMI", r"\bHAMI(?:_CORE|-core)?\b"),
+    ("gpu-virt", "vgpu", r"(?i)libvgpu\.so|vgpu[-_ ]device[-_ ]plugin|k8s-vgpu-scheduler"),
+    ("gpu-virt", "vGPU", r"(?i)vgpu[-_ ]device[-_ ]plugin|libvgpu\.so"),
+    # HAMi-core's own limits, set in the pod env by the HAMi device plugin (HAMi-core README)
+    ("gpu-virt", "CUDA_DEVICE_", r"\bCUDA_DEVICE_(?:MEMORY_LIMIT|SM_LIMIT|MEMORY_SHARED_CACHE)\w*="),
     ("nccl-plugin", "plugin", r"NCCL INFO (?:NET/)?Plugin|libnccl-net|NCCL_NET_PLUGIN|tuner plugin"),
     # config
     ("divisible", "divisible", r"must be divisible by|should be divisible by|is not divisible by"),

@@ -17,6 +17,8 @@ from sm120kit.evidence.phases import PHASE_INDEX, PhaseTracker
 T = TypeVar("T")
 _DONE = re.compile(r"\btook [\d.]+ ?s|\btakes? [\d.]+ ?s(?:econds)? in total|Init COMPLETE|"
                    r"\bfinished\b|\bcompleted? in\b|Loading weights took")
+# vLLM's engine config echo (llm_engine.py V0, v1/engine/core.py V1)
+_BANNER = re.compile(r"Initializing an? (?:V\d )?LLM engine \(v\S+\) with config")
 # startup steps that legitimately run for minutes with little output
 _SLOW = frozenset({"autotune", "kernel-warmup", "cuda-graph-capture", "torch-compile", "model-load"})
 
@@ -106,10 +108,21 @@ class AnalysisView:
             return None
         if stage in _SLOW and not self.finished_last():
             return None
+        if self.banner_only(stage):
+            return None
         if self.progress is not None and self.progress[1] < self.progress[2] and \
                 self.last_text is not None and self.progress[3].line >= self.last_text.line - 2:
             return None
         return stage
+
+    def banner_only(self, stage: str) -> bool:
+        """The excerpt's only record of ``stage`` is its last line and that line is the engine's
+        config echo (``Initializing a V1 LLM engine (v0.8.4) with config: ...``): a config dump
+        pasted for context, not a position where the run stopped."""
+        ev = self.phase_ev.get(stage)
+        last = self.last_text
+        return ev is not None and last is not None and ev.line == last.line and \
+            bool(_BANNER.search(last.text))
 
     def progressing_verdict(self) -> str | None:
         """``progressing: autotune 14/22 after 9 min`` when the last run is still starting up
