@@ -173,15 +173,15 @@ def scores(results: list[tuple[dict[str, Any], dict[str, Any]]]) -> dict[str, An
 
 
 # measured on the tuning corpus (field-logs + field-logs-b); floors are the measured values
-FLOORS = {"top1": 63, "top3": 66}  # of 110 known causes (stop 28: four sets)
-FALSE_ALL_CLEAR_MAX = 11  # measured (issue 21 target: 0); incl. vllm-7151 (exit 2, prose only)
-BENIGN_EXIT1_MAX = 8  # measured (issue 21 target: 0)
-BENIGN_WRONG_MAX = 8  # benign logs not answered 0 with a healthy/progressing verdict
+FLOORS = {"top1": 76, "top3": 80}  # of 110 known causes (stop 28: four sets; 63/66 before tuning)
+FALSE_ALL_CLEAR_MAX = 9  # measured (issue 21 target: 0); incl. vllm-7151 (exit 2, prose only)
+BENIGN_EXIT1_MAX = 5  # measured (issue 21 target: 0)
+BENIGN_WRONG_MAX = 5  # benign logs not answered 0 with a healthy/progressing verdict
 PROGRESSING_WRONG_MAX = 3  # measured: 3 progressing logs (retired held-out sets) not called progressing
 REFUSED_MAX = 1  # field-logs-b/vllm-7151: prose only, no log line; exit 2 is the documented answer
-CONFIDENT_WRONG_MAX = 3  # measured: 3 of 262 top-3 findings
-HIGH_BIN_FLOOR = 0.96  # measured 78/81 (issue 21 target: 0.90)
-MID_BIN_FLOOR = 0.70  # measured 55/78 (issue 21 target: 0.60)
+CONFIDENT_WRONG_MAX = 1  # measured: 1 of 269 top-3 findings
+HIGH_BIN_FLOOR = 0.98  # measured 82/83 (issue 21 target: 0.90)
+MID_BIN_FLOOR = 0.75  # measured 69/92 (issue 21 target: 0.60)
 
 
 def _print_table(label: str, s: dict[str, Any]) -> None:
