@@ -252,3 +252,14 @@ def test_stopping_the_server_on_purpose_is_not_a_symptom(tmp_path: Path) -> None
             "Initializing a V1 LLM engine (v0.8.4) with config: model='Qwen2.5-VL-7b', "
             "tensor_parallel_size=2\n")
     assert diagnose([_write(tmp_path, text)]).exit_code == 0
+
+
+@pytest.mark.parametrize("words", [
+    "We just stopped vllm to change the flags, then started it again.",
+    "You can just stop the container and restart it with --enforce-eager.",
+    "The scheduler keeps stopping my job when the node is drained.",
+])
+def test_a_person_stopping_the_run_is_not_a_described_stop(tmp_path: Path, words: str) -> None:
+    text = (words + "\n\nINFO 04-17 17:24:47 [core.py:61] Initializing a V1 LLM engine (v0.8.4) "
+            "with config: model='Qwen2.5-VL-7b', tensor_parallel_size=2\n")
+    assert diagnose([_write(tmp_path, text)]).exit_code == 0
