@@ -263,3 +263,16 @@ def test_a_person_stopping_the_run_is_not_a_described_stop(tmp_path: Path, words
     text = (words + "\n\nINFO 04-17 17:24:47 [core.py:61] Initializing a V1 LLM engine (v0.8.4) "
             "with config: model='Qwen2.5-VL-7b', tensor_parallel_size=2\n")
     assert diagnose([_write(tmp_path, text)]).exit_code == 0
+
+
+def test_a_geforce_board_name_alone_adds_no_p2p_reason(tmp_path: Path) -> None:
+    """nvidia-smi names the board on every GeForce box (the row below is nvidia-smi's format):
+    with a hang at NCCL init and nothing said about the multi-GPU path it is no second reason
+    for the PCIe P2P deadlock."""
+    text = ("The server hangs at NCCL init, no error.\n\n"
+            "|   0  NVIDIA GeForce RTX 5090        Off |   00000000:01:00.0 Off |"
+            "                  N/A |\n"
+            "|   1  NVIDIA GeForce RTX 5090        Off |   00000000:02:00.0 Off |"
+            "                  N/A |\n")
+    res = diagnose([_write(tmp_path, text)])
+    assert "p2p-transport" not in [f.category for f in res.findings], res.findings

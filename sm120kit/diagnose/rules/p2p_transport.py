@@ -150,12 +150,17 @@ def _multi_gpu(ctx: RuleContext, why: list[str]) -> tuple[list[str], list[Eviden
     ev: list[Evidence] = []
     for sid, words in (("multi-gpu-only", "it works on one GPU and hangs only with tensor "
                         "parallelism (the multi-GPU transport)"),
-                       ("pcie-only-said", "the GPUs are linked over PCIe only (no NVLink)"),
-                       ("geforce", "the GPUs are consumer GeForce boards (no supported PCIe P2P)")):
+                       ("pcie-only-said", "the GPUs are linked over PCIe only (no NVLink)")):
         h = ctx.hits(sid)
         if h:
             why = why + [words]
             ev += h[:1]
+    # the board name is in every nvidia-smi table of a GeForce box, hang or not: it sharpens a
+    # multi-GPU statement above, it is no reason of its own
+    g = ctx.hits("geforce")
+    if g and ev:
+        why = why + ["the GPUs are consumer GeForce boards (no supported PCIe P2P)"]
+        ev += g[:1]
     return why, ev
 
 
