@@ -111,3 +111,25 @@ def test_a_custom_all_reduce_notice_does_not_place_a_fault_in_that_kernel(tmp_pa
     assert res.findings[0].category == "kernel-hang", [(f.category, f.confidence)
                                                         for f in res.findings]
     assert "p2p-transport" not in [f.category for f in res.findings]
+
+
+# NCCL src/misc/param.cc: WARN("Invalid value %s for %s, using default %lld.") - the run goes on
+NCCL_ENV_WARN = ("node1:1234:1234 [0] misc/param.cc:41 NCCL WARN Invalid value 8x for "
+                 "NCCL_NTHREADS, using default 512.")
+
+
+def test_an_nccl_warn_it_goes_on_from_is_no_recorded_failure(tmp_path: Path) -> None:
+    p = tmp_path / "run.log"
+    p.write_text(HEAD + NCCL_ENV_WARN + "\n")
+    assert int(diagnose([p]).exit_code) == 0
+    p.write_text(HEAD + "node1:1234:1250 [0] misc/socket.cc:484 NCCL WARN socketStartConnect: "
+                 "Connect to 10.0.0.2<45678> failed : Software caused connection abort\n")
+    assert int(diagnose([p]).exit_code) == 1
+
+
+def test_an_nccl_env_warn_about_p2p_is_no_p2p_finding(tmp_path: Path) -> None:
+    p = tmp_path / "run.log"
+    p.write_text(HEAD + "node1:1234:1234 [0] misc/param.cc:41 NCCL WARN Invalid value SYSX for "
+                 "NCCL_P2P_LEVEL, using default 0.\n")
+    res = diagnose([p])
+    assert "p2p-transport" not in [f.category for f in res.findings], res.findings
