@@ -276,3 +276,15 @@ def test_a_geforce_board_name_alone_adds_no_p2p_reason(tmp_path: Path) -> None:
             "                  N/A |\n")
     res = diagnose([_write(tmp_path, text)])
     assert "p2p-transport" not in [f.category for f in res.findings], res.findings
+
+
+@pytest.mark.parametrize(("words", "said"), [
+    ("It works fine with --tensor-parallel-size 1 and hangs with 2.", True),
+    ("vllm works for one gpu inference", True),
+    ("I fine-tuned the model on a single GPU and serve it with TP=2.", False),
+    ("We fine-tune with tp 1 and serve with tp 4.", False),
+])
+def test_the_one_gpu_statement_is_about_running_not_training(words: str, said: bool) -> None:
+    from sm120kit.evidence.logs.signals import _COMPILED
+    hit = any(sid == "multi-gpu-only" and rx.search(words) for sid, _n, rx in _COMPILED)
+    assert hit is said

@@ -66,8 +66,9 @@ _TABLE: tuple[tuple[str, str, str], ...] = (
     # "... to 1 allows start" was dropped in review as a single-file phrase)
     ("multi-gpu-only", "ork", r"(?i)\bworks?\b[^.]{0,40}?(?:tensor[-_ ]parallel[-_ ]size|\btp)"
      r"\s*(?:=|to|of)?\s*1\b(?!\.\d)|\bworks?\b[^.]{0,30}?\b(?:one|single|1) ?gpu\b"),
-    ("multi-gpu-only", "fine", r"(?i)\bfine\b[^.]{0,30}?(?:tensor[-_ ]parallel[-_ ]size|\btp)"
-     r"\s*(?:=|to|of)?\s*1\b(?!\.\d)|\bfine\b[^.]{0,30}?\b(?:one|single|1) ?gpu\b"),
+    # ("fine", not "fine-tuned on a single GPU")
+    ("multi-gpu-only", "fine", r"(?i)\bfine\b(?!-)[^.]{0,30}?(?:tensor[-_ ]parallel[-_ ]size|\btp)"
+     r"\s*(?:=|to|of)?\s*1\b(?!\.\d)|\bfine\b(?!-)[^.]{0,30}?\b(?:one|single|1) ?gpu\b"),
     # GPUs linked over PCIe only, said in words ("PCIe, no NVLink")
     ("pcie-only-said", "NVLink", r"(?i)\bno NVLink\b|without NVLink|NVLink: ?(?:no|none|n/a)\b"),
     ("pcie-only-said", "PCIe", r"(?i)PCIe[- ]only|only (?:over |via )?PCIe"),
