@@ -129,6 +129,12 @@ NOT_A_FAULT = [
     "This is not a regression in 0.11.0: the flag was never supported.",
     "Downgrading to 0.6.3 did not solve it, same hang.",
     "I went back to version 0.10.2 but it still does not work.",
+    # a change tried in order to fix it, outcome bad or open; a question; "nothing works"
+    "I tried upgrading to 0.8.5 to fix it but it still crashes with the same error.",
+    "Downgrading to 0.19.1 to fix the hang, will report back.",
+    "After downgrading to 0.19.1 nothing works either.",
+    "降级到0.19.1可以吗？",
+    "Would going back to 0.6.4 fix this?",
     # xFormers' load warning: runs on another attention backend go on (https://github.com/facebookresearch/xformers/issues/982)
     "WARNING[XFORMERS]: xFormers can't load C++/CUDA extensions. xFormers was built for:",
 ]

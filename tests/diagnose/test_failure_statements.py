@@ -94,3 +94,42 @@ def test_the_cudacheck_line_alone_is_a_recorded_failure(tmp_path: Path) -> None:
     p.write_text(HEAD + "Failed: Cuda error /workspace/csrc/custom_all_reduce.cuh:307 'invalid "
                  "argument'\n")
     assert int(diagnose([p]).exit_code) == 1
+
+
+# a healthy run's custom all-reduce notice (tests/data/vllm-logs/log11.txt line 38): its logger
+# prefix names custom_all_reduce.py, the line names no fault in the kernel
+CAR_DISABLED = ("(VllmWorkerProcess pid=538) WARNING 07-23 20:47:09 custom_all_reduce.py:134] "
+                "Custom allreduce is disabled because it's not supported on more than two "
+                "PCIe-only GPUs. To silence this warning, specify disable_custom_all_reduce=True "
+                "explicitly.")
+
+
+def test_a_custom_all_reduce_notice_does_not_place_a_fault_in_that_kernel(tmp_path: Path) -> None:
+    p = tmp_path / "run.log"
+    p.write_text(HEAD + CAR_DISABLED + "\n" + IMA + "\n")
+    res = diagnose([p])
+    assert res.findings[0].category == "kernel-hang", [(f.category, f.confidence)
+                                                        for f in res.findings]
+    assert "p2p-transport" not in [f.category for f in res.findings]
+
+
+# NCCL src/misc/param.cc: WARN("Invalid value %s for %s, using default %lld.") - the run goes on
+NCCL_ENV_WARN = ("node1:1234:1234 [0] misc/param.cc:41 NCCL WARN Invalid value 8x for "
+                 "NCCL_NTHREADS, using default 512.")
+
+
+def test_an_nccl_warn_it_goes_on_from_is_no_recorded_failure(tmp_path: Path) -> None:
+    p = tmp_path / "run.log"
+    p.write_text(HEAD + NCCL_ENV_WARN + "\n")
+    assert int(diagnose([p]).exit_code) == 0
+    p.write_text(HEAD + "node1:1234:1250 [0] misc/socket.cc:484 NCCL WARN socketStartConnect: "
+                 "Connect to 10.0.0.2<45678> failed : Software caused connection abort\n")
+    assert int(diagnose([p]).exit_code) == 1
+
+
+def test_an_nccl_env_warn_about_p2p_is_no_p2p_finding(tmp_path: Path) -> None:
+    p = tmp_path / "run.log"
+    p.write_text(HEAD + "node1:1234:1234 [0] misc/param.cc:41 NCCL WARN Invalid value SYSX for "
+                 "NCCL_P2P_LEVEL, using default 0.\n")
+    res = diagnose([p])
+    assert "p2p-transport" not in [f.category for f in res.findings], res.findings

@@ -252,3 +252,39 @@ def test_stopping_the_server_on_purpose_is_not_a_symptom(tmp_path: Path) -> None
             "Initializing a V1 LLM engine (v0.8.4) with config: model='Qwen2.5-VL-7b', "
             "tensor_parallel_size=2\n")
     assert diagnose([_write(tmp_path, text)]).exit_code == 0
+
+
+@pytest.mark.parametrize("words", [
+    "We just stopped vllm to change the flags, then started it again.",
+    "You can just stop the container and restart it with --enforce-eager.",
+    "The scheduler keeps stopping my job when the node is drained.",
+])
+def test_a_person_stopping_the_run_is_not_a_described_stop(tmp_path: Path, words: str) -> None:
+    text = (words + "\n\nINFO 04-17 17:24:47 [core.py:61] Initializing a V1 LLM engine (v0.8.4) "
+            "with config: model='Qwen2.5-VL-7b', tensor_parallel_size=2\n")
+    assert diagnose([_write(tmp_path, text)]).exit_code == 0
+
+
+def test_a_geforce_board_name_alone_adds_no_p2p_reason(tmp_path: Path) -> None:
+    """nvidia-smi names the board on every GeForce box (the row below is nvidia-smi's format):
+    with a hang at NCCL init and nothing said about the multi-GPU path it is no second reason
+    for the PCIe P2P deadlock."""
+    text = ("The server hangs at NCCL init, no error.\n\n"
+            "|   0  NVIDIA GeForce RTX 5090        Off |   00000000:01:00.0 Off |"
+            "                  N/A |\n"
+            "|   1  NVIDIA GeForce RTX 5090        Off |   00000000:02:00.0 Off |"
+            "                  N/A |\n")
+    res = diagnose([_write(tmp_path, text)])
+    assert "p2p-transport" not in [f.category for f in res.findings], res.findings
+
+
+@pytest.mark.parametrize(("words", "said"), [
+    ("It works fine with --tensor-parallel-size 1 and hangs with 2.", True),
+    ("vllm works for one gpu inference", True),
+    ("I fine-tuned the model on a single GPU and serve it with TP=2.", False),
+    ("We fine-tune with tp 1 and serve with tp 4.", False),
+])
+def test_the_one_gpu_statement_is_about_running_not_training(words: str, said: bool) -> None:
+    from sm120kit.evidence.logs.signals import _COMPILED
+    hit = any(sid == "multi-gpu-only" and rx.search(words) for sid, _n, rx in _COMPILED)
+    assert hit is said

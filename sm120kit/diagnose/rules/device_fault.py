@@ -35,15 +35,18 @@ def check(ctx: RuleContext) -> list[Finding]:
 
 
 # vLLM's custom all-reduce: csrc/custom_all_reduce.cuh (its CUDACHECK prints "Failed: Cuda error
-# .../custom_all_reduce.cuh:164 '...'"), the Python side custom_all_reduce.py, or the words
-_CAR = re.compile(r"custom_all_reduce|[Cc]ustom all-?reduce kernel|CustomAllreduce")
+# .../custom_all_reduce.cuh:164 '...'"), a traceback frame in custom_all_reduce.py, or the words.
+# Not the logger prefix "custom_all_reduce.py:134]" of a healthy run's INFO/WARNING ("Custom
+# allreduce is disabled because ...", tests/data/vllm-logs/log11.txt): that names no fault.
+_CAR = re.compile(r"custom_all_reduce\.cuh|custom_all_reduce\.py\", line|[Cc]ustom all-?reduce "
+                  r"kernel|CustomAllreduce::")
 
 
 def _custom_all_reduce(ctx: RuleContext, ev: list[Evidence]) -> list[Evidence]:
     """Lines that place the device fault in the custom all-reduce kernel."""
     if not ev:
         return []
-    return [e for e in ctx.logs.failures + ctx.hits("custom-ar") + ev if _CAR.search(e.text)]
+    return [e for e in ctx.logs.failures + ev if _CAR.search(e.text)]
 
 
 RULE = Rule(

@@ -8,6 +8,7 @@ import re
 from sm120kit.diagnose.rules import collective_not_started
 from sm120kit.diagnose.rules.base import Finding, Rule, RuleContext
 from sm120kit.evidence.logs.analyze import Evidence
+from sm120kit.evidence.logs.nccl_state import warn_goes_on
 
 _GPU_PEER = re.compile(r"(?i)peer[- ]to[- ]peer|peer (?:access|mapping|memory|device)")
 
@@ -16,8 +17,9 @@ def check(ctx: RuleContext) -> list[Finding]:
     out: list[Finding] = []
     # the GPU peer path, not a network peer ("Got completion from peer 10.0.0.2<52310>",
     # "Connection closed by remote peer": catalogue/transport.toml)
-    warns = [e for e in ctx.logs.nccl_warns if "P2P" in e.text or _GPU_PEER.search(e.text)
-             or "cuIpc" in e.text or "cudaIpc" in e.text]
+    # ("Invalid value x for NCCL_P2P_LEVEL, using default ..." is an env value NCCL replaced)
+    warns = [e for e in ctx.logs.nccl_warns if ("P2P" in e.text or _GPU_PEER.search(e.text)
+             or "cuIpc" in e.text or "cudaIpc" in e.text) and not warn_goes_on(e.text)]
     if warns:
         out.append(RULE.finding(0.8, "NCCL warned about the peer-to-peer path", warns[:4],
                                 tier="dead-rank"))
@@ -150,12 +152,17 @@ def _multi_gpu(ctx: RuleContext, why: list[str]) -> tuple[list[str], list[Eviden
     ev: list[Evidence] = []
     for sid, words in (("multi-gpu-only", "it works on one GPU and hangs only with tensor "
                         "parallelism (the multi-GPU transport)"),
-                       ("pcie-only-said", "the GPUs are linked over PCIe only (no NVLink)"),
-                       ("geforce", "the GPUs are consumer GeForce boards (no supported PCIe P2P)")):
+                       ("pcie-only-said", "the GPUs are linked over PCIe only (no NVLink)")):
         h = ctx.hits(sid)
         if h:
             why = why + [words]
             ev += h[:1]
+    # the board name is in every nvidia-smi table of a GeForce box, hang or not: it sharpens a
+    # multi-GPU statement above, it is no reason of its own
+    g = ctx.hits("geforce")
+    if g and ev:
+        why = why + ["the GPUs are consumer GeForce boards (no supported PCIe P2P)"]
+        ev += g[:1]
     return why, ev
 
 

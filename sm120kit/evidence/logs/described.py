@@ -26,8 +26,11 @@ _SYMPTOM = re.compile(
     r"\b(?:hangs?|hanging|hung|deadlock(?:s|ed|ing)?|stuck|freez(?:e|es|ing)|frozen|wedged"
     r"|never (?:returns|completes|finishes|progress\w*)|no progress|spin(?:s|ning)? (?:at|with) 100"
     r"|hard-resets?|(?:requests?|generation) (?:hang|stall)\w*"
-    # "the vllm always stopped" / "it just stops there": the run stops making progress
-    r"|(?:always|keeps?|just) stop(?:s|ped|ping)?(?! (?:the|it|working|serving)\b))\b",
+    # "the vllm always stopped" / "it just stops there": the run stops making progress; not the
+    # person stopping it ("I just stopped the server", "we just stopped vllm") nor a stop with an
+    # object ("just stop the container", "keeps stopping my job")
+    r"|(?<!\bI )(?<!\bwe )(?<!\byou )(?:always|keeps?|just) stop(?:s|ped|ping)?"
+    r"(?! (?:the|it|working|serving|vllm|my|our|your|them|a|an|and restart\w*)\b))\b",
     re.IGNORECASE)
 _SYMPTOM_GATE = ("ang", "ung", "eadlock", "tuck", "reez", "rozen", "edged", "never", "no progress",
                  "pin", "reset", "tall", "stop")

@@ -62,13 +62,13 @@ _TABLE: tuple[tuple[str, str, str], ...] = (
     ("p2p-mention", "peer", r"(?i)peer[- ]to[- ]peer|peer (?:path|access|traffic)"),
     # a report that the same launch works on one GPU and fails/hangs only with TP > 1 (the
     # multi-GPU path: P2P / NCCL transports) - "works fine when using --tensor-parallel-size=1",
-    # "vllm works for one gpu inference", "switching --tensor_parallel_size to 1 allows start"
+    # "vllm works for one gpu inference" (the "works"/"fine" wording class; one reporter's
+    # "... to 1 allows start" was dropped in review as a single-file phrase)
     ("multi-gpu-only", "ork", r"(?i)\bworks?\b[^.]{0,40}?(?:tensor[-_ ]parallel[-_ ]size|\btp)"
      r"\s*(?:=|to|of)?\s*1\b(?!\.\d)|\bworks?\b[^.]{0,30}?\b(?:one|single|1) ?gpu\b"),
-    ("multi-gpu-only", "fine", r"(?i)\bfine\b[^.]{0,30}?(?:tensor[-_ ]parallel[-_ ]size|\btp)"
-     r"\s*(?:=|to|of)?\s*1\b(?!\.\d)|\bfine\b[^.]{0,30}?\b(?:one|single|1) ?gpu\b"),
-    ("multi-gpu-only", "llow", r"(?i)(?:tensor[-_ ]parallel[-_ ]size|\btp)\s*(?:=|to)?\s*1\b[^.]"
-     r"{0,20}\ballows? (?:it )?(?:to )?start"),
+    # ("fine", not "fine-tuned on a single GPU")
+    ("multi-gpu-only", "fine", r"(?i)\bfine\b(?!-)[^.]{0,30}?(?:tensor[-_ ]parallel[-_ ]size|\btp)"
+     r"\s*(?:=|to|of)?\s*1\b(?!\.\d)|\bfine\b(?!-)[^.]{0,30}?\b(?:one|single|1) ?gpu\b"),
     # GPUs linked over PCIe only, said in words ("PCIe, no NVLink")
     ("pcie-only-said", "NVLink", r"(?i)\bno NVLink\b|without NVLink|NVLink: ?(?:no|none|n/a)\b"),
     ("pcie-only-said", "PCIe", r"(?i)PCIe[- ]only|only (?:over |via )?PCIe"),
