@@ -113,8 +113,9 @@ def refuse_same(server_url: str, ref_url: str, server_metrics: str | None,
                         "would be compared with itself", hint="the reference is a DCP-1 server "
                         "of the same model on another port")
     a, b = process_start(server_metrics), process_start(ref_metrics)
-    told = same_process() if a is not None and a == b and same_process is not None else None
-    if a is not None and a == b and told is not False:
+    shared = a is not None and a == b
+    told = same_process() if shared and same_process is not None else None
+    if shared and told is not False:
         how = ("and request counters that move together" if told else "; no request counters "
                "to tell two processes apart")
         raise UserError(f"{server_url} and {ref_url} are one server process (same "

@@ -4,9 +4,9 @@ READY wait (600 s) expiring while weights still load."""
 
 from __future__ import annotations
 
-import re
-
 from sm120kit.diagnose.rules.base import Finding, Rule, RuleContext, first_failing
+from sm120kit.evidence.logs.serving import clock_seconds
+from sm120kit.models.timeouts import VLLM_ENGINE_READY_TIMEOUT_S as READY_WAIT_S
 
 _STARTUP = ("model-load", "torch-compile", "kv-cache-profile", "kernel-warmup", "autotune",
             "cuda-graph-capture")
@@ -38,10 +38,6 @@ def check(ctx: RuleContext) -> list[Finding]:
     return out + _ready_wait_during_load(ctx)
 
 
-_ELAPSED = re.compile(r"\[(?:(?P<h>\d+):)?(?P<m>\d{1,2}):(?P<s>\d\d)<")  # tqdm "[09:36<05:20"
-READY_WAIT_S = 600  # vLLM's VLLM_ENGINE_READY_TIMEOUT_S default (envs.py)
-
-
 def _ready_wait_during_load(ctx: RuleContext) -> list[Finding]:
     """The API server (the process that waits for the engine's READY) failed while a startup bar
     was still counting and had been running for most of the 600 s wait, and no engine or worker
@@ -51,16 +47,16 @@ def _ready_wait_during_load(ctx: RuleContext) -> list[Finding]:
     if p is None or p.role != "api-server" or lg.progress is None:
         return []
     what, done, tot, bar = lg.progress
-    m = _ELAPSED.search(bar.text)
-    if done >= tot or m is None or lg.global_tracker.stage not in _STARTUP:
+    clock = lg.progress_elapsed
+    secs = clock_seconds(clock) if clock else None
+    if done >= tot or secs is None or lg.global_tracker.stage not in _STARTUP:
         return []
-    secs = int(m.group("h") or 0) * 3600 + int(m.group("m")) * 60 + int(m.group("s"))
     if secs < 0.9 * READY_WAIT_S or any(q.first_error is not None for q in lg.procs.values()
                                         if q.role in ("engine-core", "worker")):
         return []
     return [RULE.finding(
         0.6, f"the API server failed while {what} was still at {done}/{tot} after "
-        f"{m.group(0)[1:-1]} (no engine or worker failed): the engine-ready wait "
+        f"{clock} (no engine or worker failed): the engine-ready wait "
         f"(VLLM_ENGINE_READY_TIMEOUT_S, {READY_WAIT_S} s by default) ran out under a slow load",
         [bar] + ([p.first_error] if p.first_error else []), phase="startup", role="cause",
         fix="Raise VLLM_ENGINE_READY_TIMEOUT_S above the load time (or load from a faster disk / "

@@ -16,7 +16,7 @@ _FAIL = re.compile(
     r"(?:code|status) -?[1-9]|\bRC=[1-9]|_RC=[1-9]|\brc=[1-9]|returncode[ =:]+-?[1-9]"
     r"|Aborted|Segmentation fault|core dumped|terminate called|Fatal Python error|\bFAILED\b"
     r"|SIG(?:ABRT|SEGV|KILL|BUS)|EngineDeadError|initialization failed|failed to start"
-    r"|Watchdog caught|[Ww]atchdog timeout|Failed: Cuda error|Failed: CUDA error|[Hh]eartbeat monitor timed out|CUDA error|NCCL error|ncclSystemError"
+    r"|Watchdog caught|[Ww]atchdog timeout|Failed: Cuda error|[Hh]eartbeat monitor timed out|CUDA error|NCCL error|ncclSystemError"
     r"|ncclInternalError|ncclUnhandledCudaError|ncclInvalidUsage|out of memory")
 _FAIL_GATE = ("imed out", "imeout", "died", "exit", "RC=", "rc=", "returncode", "Abort", "ault",
               "dumped", "terminate", "Fatal", "FAILED", "SIG", "EngineDead", "failed", "atchdog",

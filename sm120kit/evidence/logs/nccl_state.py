@@ -19,14 +19,14 @@ _WARN_FAULT = re.compile(r"rror|ailed|ailure|imeout|imed out|[Cc]annot |[Ii]nval
 # WARNs NCCL prints and goes on from: a bad environment value it replaces ("Invalid value x for
 # NCCL_NTHREADS, using default 512." - src/misc/param.cc), a setting it ignores or falls back from
 _WARN_GOES_ON = re.compile(r"using default|[Ii]gnor(?:e|ed|ing)\b|[Ff]all(?:ing)? ?back")
+MAX_WARNS = 50
+MAX_COMMS = 256
+MAX_ENV = 200
 
 
 def warn_goes_on(msg: str) -> bool:
     """An NCCL WARN the run goes on from (a replaced env value, an ignored setting)."""
     return bool(_WARN_GOES_ON.search(msg))
-MAX_WARNS = 50
-MAX_COMMS = 256
-MAX_ENV = 200
 
 
 class NcclState:
@@ -72,7 +72,7 @@ class NcclState:
         self.nccl_warn_count += 1
         if len(self.nccl_warns) < MAX_WARNS:
             self.nccl_warns.append(ev)
-        if _WARN_FAULT.search(msg) and not _WARN_GOES_ON.search(msg):
+        if _WARN_FAULT.search(msg) and not warn_goes_on(msg):
             note_failure(ev)
         if p.first_error is None and ("rror" in msg or "ailure" in msg):
             p.first_error, p.first_error_order = ev, order

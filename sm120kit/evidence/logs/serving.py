@@ -24,6 +24,7 @@ class ServingView:
         self.zero_streak_ev: list[Evidence] = []
         # startup progress bars: (field words, done, total, evidence)
         self.progress: tuple[str, int, int, Evidence] | None = None
+        self.progress_elapsed: str | None = None  # tqdm's elapsed clock of that bar ("09:36")
         self.zero_progress: Evidence | None = None  # "0/16 [..., 0.00 toks/s]" as the last bar
 
     def _close_streak(self) -> None:
@@ -79,6 +80,18 @@ class ServingView:
             return False
         moved = self.progress is None or self.progress[1] != d
         self.progress = (stage or "startup", d, tot, ev)
+        self.progress_elapsed = m.group("el")
         if "toks/s" in msg or "tokens/s" in msg:
             self.zero_progress = ev if d == 0 else None
         return moved
+
+
+def clock_seconds(clock: str) -> int | None:
+    """Seconds of a tqdm clock, ``MM:SS`` or ``H:MM:SS``; None for anything else."""
+    parts = clock.split(":")
+    if not 2 <= len(parts) <= 3 or not all(x.isdigit() for x in parts):
+        return None
+    secs = 0
+    for x in parts:
+        secs = secs * 60 + int(x)
+    return secs

@@ -73,6 +73,7 @@ class AnalysisView:
     zero_streak_open = Via[bool]("serving")
     zero_streak_ev = Via[list[Evidence]]("serving")
     progress = Via[tuple[str, int, int, Evidence] | None]("serving")
+    progress_elapsed = Via[str | None]("serving")
     zero_progress = Via[Evidence | None]("serving")
     fast_lines = Via[int]("sites")
     # set by LogAnalysis.__init__
