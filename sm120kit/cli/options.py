@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import click
 
-from sm120kit.models.kv import DEFAULT_BLOCK_SIZE
+from sm120kit.models.constants import DEFAULT_BLOCK_SIZE
 from sm120kit.models.timeouts import DEFAULT_STALL_TIMEOUT_S
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -124,7 +124,10 @@ def run_doctor(
     kv_cap = log_capacity(log_path, plan, env) if log_path else None
     if log_path:
         ctx.preset("log_kv_capacity", kv_cap)
-    chosen = select(all_checks(), tiers=tiers, launch=plan is not None, layout=layout, only=only,
+    kinds = {"base"} | ({"launch"} if plan is not None else set()) | (
+        {"layout"} if layout else set()) | ({"log"} if log_path else set())
+    pool = all_checks() if only else all_checks(tiers, kinds)
+    chosen = select(pool, tiers=tiers, launch=plan is not None, layout=layout, only=only,
                     log=log_path is not None)
     if any(c.tier >= 1 for c in chosen):
         # one NVML read up front: tier-0 checks that can use it (kernel arch dir, visible GPUs'

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from sm120kit.models.kv import DEFAULT_BLOCK_SIZE
+from sm120kit.models.constants import DEFAULT_BLOCK_SIZE
 from sm120kit.models.serve_args import ServeArgs
 
 #: upstream ``run_mixed_prefill_decode_warmup``'s ``decode_prompt_len`` (every release 0.24-0.34)

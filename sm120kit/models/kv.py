@@ -41,10 +41,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from sm120kit.models.constants import DEFAULT_BLOCK_SIZE
+
 GIB = 1 << 30
 FP8_DS_MLA_ROW = 656            # bytes/token/layer of the fp8_ds_mla row (V3.2 / GLM-5 layout)
 INDEXER_QUANT_BLOCK = 128       # one fp32 scale per 128 fp8 values in the indexer K cache
-DEFAULT_BLOCK_SIZE = 64         # first of FLASHINFER_MLA_SPARSE_SM120's kernel block sizes
 _FP8_DS_PROMOTED = {"auto", "fp8", "fp8_e4m3", "fp8_ds_mla"}
 ENGAGED_TOLERANCE = 0.15        # effective DCP within 15 % of 1 = "not engaged"
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from sm120kit.errors import UserError
 from sm120kit.models import dcp as P
-from sm120kit.models.kv import DEFAULT_BLOCK_SIZE
+from sm120kit.models.constants import DEFAULT_BLOCK_SIZE
 from sm120kit.models.serve_args import ServeArgs
 from sm120kit.models.timeouts import DEFAULT_STALL_TIMEOUT_S
 

@@ -19,8 +19,8 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from sm120kit.models.constants import DEFAULT_BLOCK_SIZE
 from sm120kit.models.fp8ds import unpack_fp8_ds_mla
-from sm120kit.models.kv import DEFAULT_BLOCK_SIZE
 
 if TYPE_CHECKING:
     import torch

@@ -1,0 +1,7 @@
+"""Small facts of the SM120 sparse-MLA backend that options and models share (no imports, so the
+CLI's option table can name them without loading the KV model)."""
+
+from __future__ import annotations
+
+#: the first of FLASHINFER_MLA_SPARSE_SM120's kernel block sizes (vLLM's --block-size default there)
+DEFAULT_BLOCK_SIZE = 64
