@@ -110,6 +110,7 @@ def render_human(res: DiagnoseResult, max_ranks: int = 16) -> None:
     con = console()
     style = "bold red" if res.findings else "green"
     con.print(f"[{style}]{escape(res.verdict)}[/{style}]")
+    con.print(f"engine:   {escape(res.engine)}")
     con.print(f"versions: {escape(_kv(res.versions))}")
     con.print(f"config:   {escape(_kv(res.config))}")
     if res.kv_capacity:
@@ -176,6 +177,7 @@ def render_markdown(res: DiagnoseResult, max_ranks: int = 16) -> str:
         return str(s).replace("|", "\\|").replace("\n", " ")
 
     out = [f"**sm120kit diagnose:** {cell(res.verdict)}", ""]
+    out.append(f"- engine: {cell(res.engine)}")
     out.append(f"- versions: {cell(_kv(res.versions))}")
     out.append(f"- config: {cell(_kv(res.config))}")
     out.append(f"- input: {cell(', '.join(res.inputs))} ({res.kind})")

@@ -50,6 +50,7 @@ class DiagnoseResult:
     state: str = "unknown"  # failed | stalled | progressing | healthy | no-evidence
     phase: str | None = None  # the field phase the (last) run was in
     runs: int = 1  # launches found in the input
+    engine: str = "unknown"  # vllm | sglang | tgi | torchrun | ray | nccl-tests | unknown
 
     @property
     def exit_code(self) -> int:
@@ -61,6 +62,7 @@ class DiagnoseResult:
             "state": self.state,
             "phase": self.phase,
             "runs": self.runs,
+            "engine": self.engine,
             "inputs": self.inputs,
             "kind": self.kind,
             "verdict": self.verdict,
@@ -319,11 +321,6 @@ def diagnose(paths: list[Path | str], *, config: str | Path | None = None,
                      cfg=model_cfg)
     ctx = RuleContext(logs=an, bundle=facts, kv=kv, catalogue=cat)
     findings = run_rules(ctx)
-    if not findings and facts is None and _unrelated(an):
-        raise UserError(f"{', '.join(str(x) for x in paths)}: no log lines: nothing that vLLM, "
-                        "NCCL or torch.distributed writes is in it",
-                        hint="pass the vLLM output (2>&1) or an excerpt of it, per-rank logs, "
-                             "a pasted ticket, or a `sm120kit collect` bundle")
     res = _result([str(x) for x in paths], "bundle" if "bundle" in kinds else
                   ("logs" if "logs" in kinds else "log"), an, facts, findings, notes)
     res.kv_capacity = kv.to_dict() if kv is not None else None
@@ -367,13 +364,6 @@ def _feed_archive(an: LogAnalysis, p: Path, notes: list[str],
         for folder in node_folders(br) if bundle else []:
             _feed_tails(an, br, folder + "/")
     return facts
-
-
-def _unrelated(an: LogAnalysis) -> bool:
-    """Text with no phase, version, configuration, signature, failure or symptom in it."""
-    return (an.global_tracker.stage is None and not an.vs.config and not an.vs.versions
-            and not an.signals and not an.failures and not an.described.symptoms
-            and not an.served and an.progressing_verdict() is None)
 
 
 def _refuse_truncated_all_clear(res: DiagnoseResult) -> None:
@@ -503,7 +493,8 @@ def _result(inputs: list[str], kind: str, an: LogAnalysis, facts: BundleFacts | 
                           config=dict(an.vs.config), ranks=ranks, phases=phases,
                           findings=findings, notes=notes, sources=an.sources, stalls=stalls,
                           nodes=node_table(facts) if facts is not None else [],
-                          state=state, phase=phase, runs=an.run + 1)
+                          state=state, phase=phase, runs=an.run + 1,
+                          engine=an.engines.engine)
 
 
 def _verdict(an: LogAnalysis, facts: BundleFacts | None, findings: list[Finding]

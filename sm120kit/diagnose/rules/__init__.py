@@ -20,6 +20,7 @@ from sm120kit.diagnose.rules import (
     dcp_unsupported,
     dcp_warmup,
     device_fault,
+    elastic_failure,
     doctor_checks,
     error_evidence,
     first_dead_rank,
@@ -46,6 +47,7 @@ from sm120kit.evidence.logs.analyze import Evidence
 RULES: tuple[Rule, ...] = (
     bundle_stall.RULE,
     first_dead_rank.RULE,
+    elastic_failure.RULE,
     catalogue_match.RULE,
     checkpoint_config.RULE,
     kv_cache_insufficient.RULE,

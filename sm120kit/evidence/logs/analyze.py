@@ -18,6 +18,8 @@ from collections.abc import Iterable
 from typing import IO, Any
 
 from sm120kit.evidence.logs.described import DescribedScan
+from sm120kit.evidence.logs.elastic import ElasticSummary
+from sm120kit.evidence.logs.engines import EngineSniffer
 from sm120kit.evidence.logs.failures import Failures
 from sm120kit.evidence.logs.fastpath import CallSites, site_of
 from sm120kit.evidence.logs.hits import Scanner, SignalBook
@@ -72,6 +74,8 @@ class LogAnalysis(AnalysisView):
         self.nccl_diag = NcclDiag()  # NCCL >= 2.31 'NCCL DIAG' report
         # what people describe: topology tables, GPU state, the symptom in words
         self.described = DescribedScan()
+        self.engines = EngineSniffer()  # which program wrote the log (engines.py)
+        self.elastic = ElasticSummary()  # torchrun's failure summary (elastic.py)
         self.sources: list[dict[str, Any]] = []
         self.order = 0  # lines parsed, a global sequence for "first" across sources
         self.last_text: Evidence | None = None  # the input's last line (an excerpt's end)
@@ -135,6 +139,8 @@ class LogAnalysis(AnalysisView):
             feed_kv_line(self.kv, text)
         if NCCL_DIAG_MARK in text:
             self.nccl_diag.feed(text)
+        self.engines.feed(text)
+        self.elastic.feed(o.message, ev)
         ts = t if t is not None else float(self.order)
         site = site_of(o, o.message)
         if site is None:

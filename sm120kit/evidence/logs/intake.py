@@ -6,6 +6,7 @@ import io
 import re
 from typing import IO, TYPE_CHECKING
 
+from sm120kit.evidence.logs.envelope import Envelope
 from sm120kit.evidence.logs.paste import HEAD, PasteProfile, PasteReader
 from sm120kit.evidence.logs.stream import StreamStats, scan
 
@@ -33,9 +34,10 @@ def read_stream(a: LogAnalysis, source: str, fh: IO[bytes]) -> StreamStats:
     prof = PasteProfile.detect(head, whole)
     a.tickets[source] = prof.markdown
     stream: IO[bytes] = _Prefixed(head, fh)  # type: ignore[assignment]
+    env = Envelope.detect(head)
     try:
-        if prof.active:
-            rd = PasteReader(prof)
+        if prof.active or env is not None:
+            rd = PasteReader(prof, env.strip if env is not None else None)
             rows = ((n, r.decode("utf-8", "replace")) for n, r in scan(stream, stats=st))
             for lineno, text in rd.lines(rows):
                 a.feed_text(source, lineno, text)

@@ -16,7 +16,7 @@ unfinished) before the analysis sees them. Everything is bounded: a joined recor
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 MAX_JOIN = 16_384
@@ -77,7 +77,8 @@ class PasteProfile:
         """``whole``: the head is the entire input (a paste or an excerpt, not a big log)."""
         p = cls()
         h = head[:HEAD]
-        p.markdown = (b"```" in h or b"\n> " in h or h.startswith(b"> ") or b"\\_" in h
+        p.markdown = (b"```" in h or b"\n> " in h or h.startswith((b"> ", b">> ")) or b"\n>> " in h
+                      or b"\\_" in h
                       or b"\n### " in h or h.startswith(b"### ") or b"&gt;" in h
                       or b"\n- " in h or b"\n* " in h)
         p.remnants = bool(_REMNANT_HINT.search(h))
@@ -108,8 +109,9 @@ def _unbalanced(s: str) -> bool:
 class PasteReader:
     """Clean and join the lines of one source according to its profile."""
 
-    def __init__(self, profile: PasteProfile) -> None:
+    def __init__(self, profile: PasteProfile, envelope: Callable[[str], str] | None = None) -> None:
         self.p = profile
+        self.envelope = envelope  # collectors' / other engines' line prefixes (envelope.py)
         self.fenced = 0  # fence lines dropped
         self.joined = 0  # continuation lines joined
 
@@ -168,6 +170,8 @@ class PasteReader:
             text = self.clean(raw) if self.p.active else raw
             if text is None:
                 continue
+            if self.envelope is not None:
+                text = self.envelope(text)
             if self.p.join and pend is not None and self._continues(pend[1], text,
                                                                      loose=self.p.markdown):
                 prev = pend[1]
