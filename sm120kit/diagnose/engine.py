@@ -125,6 +125,8 @@ def _stack_view(pid: int, body: dict[str, Any], source: str, procs: dict[str, An
         sv.collective = str(an["collective"])
     if an.get("sync") and not sv.sync:
         sv.sync = str(an["sync"])
+    nat = an.get("native_frames")
+    sv.native = [str(x) for x in nat[:40]] if isinstance(nat, list) else []
     return sv
 
 
