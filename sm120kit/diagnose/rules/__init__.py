@@ -39,6 +39,7 @@ from sm120kit.diagnose.rules import (
     stack_asymmetry,
     stall_unexplained,
     timeout_too_short,
+    traceback_frames,
     watchdog_desync,
 )
 from sm120kit.diagnose.rules.base import CATEGORIES, Finding, Rule, RuleContext
@@ -78,6 +79,7 @@ RULES: tuple[Rule, ...] = (
     dcp_cudagraph.RULE,
     dcp_not_engaged.RULE,
     doctor_checks.RULE,
+    traceback_frames.RULE,
     stall_unexplained.RULE,
     error_evidence.RULE,
 )

@@ -22,6 +22,7 @@ from sm120kit.evidence.logs.elastic import ElasticSummary
 from sm120kit.evidence.logs.engines import EngineSniffer
 from sm120kit.evidence.logs.failures import Failures
 from sm120kit.evidence.logs.fastpath import CallSites, site_of
+from sm120kit.evidence.logs.frames import Tracebacks
 from sm120kit.evidence.logs.hits import Scanner, SignalBook
 from sm120kit.evidence.logs.incidents import Incidents
 from sm120kit.evidence.logs.intake import read_stream
@@ -76,6 +77,7 @@ class LogAnalysis(AnalysisView):
         self.described = DescribedScan()
         self.engines = EngineSniffer()  # which program wrote the log (engines.py)
         self.elastic = ElasticSummary()  # torchrun's failure summary (elastic.py)
+        self.tracebacks = Tracebacks()  # each process's traceback frames (frames.py)
         self.sources: list[dict[str, Any]] = []
         self.order = 0  # lines parsed, a global sequence for "first" across sources
         self.last_text: Evidence | None = None  # the input's last line (an excerpt's end)
@@ -141,6 +143,8 @@ class LogAnalysis(AnalysisView):
             self.nccl_diag.feed(text)
         self.engines.feed(text)
         self.elastic.feed(o.message, ev)
+        if "File \"" in text or "Traceback" in text:
+            self.tracebacks.feed(p.key, o.message, ev)
         ts = t if t is not None else float(self.order)
         site = site_of(o, o.message)
         if site is None:
