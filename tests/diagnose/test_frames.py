@@ -34,8 +34,8 @@ def test_frame_map_loads_and_places_innermost_frames() -> None:
     for path, want in cases.items():
         hit = place([outer, _fr(path, "f")])
         assert hit is not None and (hit[0].phase, hit[0].category) == want, path
-    assert place([_fr("/x/vllm/v1/worker/gpu_worker.py", "determine_available_memory")])[0] \
-        .category == "kv-cache-insufficient"  # type: ignore[index]
+    hit = place([_fr("/x/vllm/v1/worker/gpu_worker.py", "determine_available_memory")])
+    assert hit is not None and hit[0].category == "kv-cache-insufficient"
     assert place([outer, _fr("/home/me/train.py", "main")]) is None
 
 

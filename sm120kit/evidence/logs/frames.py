@@ -36,6 +36,7 @@ class Tracebacks:
     def __init__(self) -> None:
         self.by_proc: dict[str, list[Traceback]] = {}
         self.order: list[Traceback] = []  # every kept traceback, in input order
+        self._full: set[str] = set()  # processes past MAX_TB: later frames are not kept
 
     def feed(self, proc: str, msg: str, ev: Evidence) -> None:
         if "Traceback (most recent call last)" in msg:
@@ -44,14 +45,16 @@ class Tracebacks:
                 tb = Traceback(proc)
                 tbs.append(tb)
                 self.order.append(tb)
+            else:
+                self._full.add(proc)
             return
         if 'File "' not in msg:
             return
         m = _FRAME.search(msg)
-        tbs = self.by_proc.get(proc)
-        if m is None or not tbs:
+        open_tbs = self.by_proc.get(proc)
+        if m is None or not open_tbs or proc in self._full:
             return
-        fr = tbs[-1].frames
+        fr = open_tbs[-1].frames
         fr.append(Frame(m["file"], int(m["line"]), m["func"], ev))
         if len(fr) > MAX_FRAMES:
             del fr[0]
