@@ -507,9 +507,8 @@ def _verdict(an: LogAnalysis, facts: BundleFacts | None, findings: list[Finding]
     if findings:
         top = findings[0]
         ph = top.phase or phase
-        where = f" [phase: {ph}]" if ph else ""
         state = "stalled" if any(f.category in _STALL_CATS for f in findings[:1]) else "failed"
-        return f"{top.category}: {top.summary}{where}", state, ph
+        return verdict_line(top, ph), state, ph
     last = an.last_text
     if last is not None and not an.failures and announces_long_step(last.text):
         return (f"progressing: {stage or 'startup'}; the last line announces a step that takes "
@@ -525,6 +524,17 @@ def _verdict(an: LogAnalysis, facts: BundleFacts | None, findings: list[Finding]
         return ("no failure recorded: no vLLM/NCCL/torch phase, error or stall found in the "
                 "input"), "no-evidence", None
     return f"healthy: no failure recorded (last phase: {stage})", "healthy", phase
+
+
+def verdict_line(top: Finding, phase: str | None) -> str:
+    """One line: the cause, where (ranks, phase) and how sure: ``cause: summary (rank 1,
+    phase capture; confidence 0.80)``."""
+    ranks = sorted(set(top.ranks))
+    where = [(f"rank {ranks[0]}" if len(ranks) == 1 else
+              f"ranks {', '.join(map(str, ranks[:8]))}") if ranks else "",
+             f"phase {phase}" if phase else ""]
+    at = ", ".join(w for w in where if w)
+    return f"{top.category}: {top.summary} ({at + '; ' if at else ''}confidence {top.confidence:.2f})"
 
 
 _STALL_CATS = frozenset({"collective-desync", "kernel-hang", "p2p-transport", "autotune-deadlock",

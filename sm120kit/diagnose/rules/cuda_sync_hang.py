@@ -12,7 +12,7 @@ from sm120kit.diagnose.rules.base import Finding, Rule, RuleContext, StackView, 
 from sm120kit.evidence.logs.analyze import Evidence
 
 WAITS = ("cuCtxSynchronize", "cudaDeviceSynchronize", "cudaStreamSynchronize", "cuStreamSynchronize",
-         "cudaEventSynchronize", "cuEventSynchronize", "cudaMemcpy", "cuMemcpyDtoH")
+         "cudaEventSynchronize", "cuEventSynchronize", "cudaMemcpy", "cuMemcpyDtoH")  # prefixes
 BUSY = 80  # % NVML utilization
 
 
@@ -28,8 +28,7 @@ def _wait(s: StackView) -> str | None:
 
 
 def _busy(nvml: list[dict[str, Any]], pid: int) -> tuple[int, int] | None:
-    """(GPU index, utilization) of a busy GPU the process runs on: the one whose compute
-    processes list it, else the only GPU, else none (which GPU is unknown)."""
+    """(index, utilization) of the busy GPU whose compute processes list it (or the only GPU)."""
     snap = nvml[-1] if nvml else {}
     gpus = [g for g in snap.get("gpus") or [] if isinstance(g, dict)]
     mine = [g for g in gpus if any(isinstance(p, dict) and p.get("pid") == pid
@@ -51,8 +50,8 @@ def check(ctx: RuleContext) -> list[Finding]:
         wait, gpu = _wait(s), _busy(b.nvml, s.pid)
         if wait is None or gpu is None:
             continue
-        ph = (rows.get(s.pid) or {}).get("phase") or (b.timeline or {}).get("current_phase") \
-            or ctx.logs.global_tracker.stage
+        ph = (rows.get(s.pid) or {}).get("phase") or (b.timeline or {}).get("current_phase") or \
+            ctx.logs.global_tracker.stage
         who = f"rank {s.rank}" if s.rank is not None else (s.label or f"pid {s.pid}")
         native = not wait.endswith(")")
         out.append(RULE.finding(

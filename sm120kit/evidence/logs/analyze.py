@@ -20,6 +20,7 @@ from typing import IO, Any
 from sm120kit.evidence.logs.described import DescribedScan
 from sm120kit.evidence.logs.elastic import ElasticSummary
 from sm120kit.evidence.logs.engines import EngineSniffer
+from sm120kit.evidence.logs.envelope import Envelope
 from sm120kit.evidence.logs.failures import Failures
 from sm120kit.evidence.logs.fastpath import CallSites, site_of
 from sm120kit.evidence.logs.frames import Tracebacks
@@ -87,6 +88,7 @@ class LogAnalysis(AnalysisView):
         self.paste: dict[str, dict[str, Any]] = {}
         self.binary_sources: list[str] = []
         self.tickets: dict[str, bool] = {}  # source → pasted report (Markdown around the log)
+        self.envelopes: dict[str, Envelope] = {}  # source → its line envelopes (envelope.py)
 
     # -- input ------------------------------------------------------------------------------
     def feed_stream(self, source: str, fh: IO[bytes]) -> StreamStats:
@@ -107,11 +109,15 @@ class LogAnalysis(AnalysisView):
             text = text.replace("\x00", "")
         if not text.strip():
             return
+        env = self.envelopes.get(source)
+        shown = None
+        if env is not None:  # read without the envelope; quoted as written
+            shown, text = text, env.strip(text)
         # a Python log line glued onto the end of an NCCL line (output interleaving)
         parts = _EMBEDDED.split(text) if " pid=" in text and " NCCL " in text else [text]
         for p in parts:
             if p.strip():
-                self._one(source, lineno, p, tail_only)
+                self._one(source, lineno, p, tail_only, shown if len(parts) == 1 else None)
 
     # -- per line ---------------------------------------------------------------------------
     def _clock(self, source: str, o: Origin) -> float | None:
@@ -124,12 +130,13 @@ class LogAnalysis(AnalysisView):
         self.t_last = o.t
         return o.t
 
-    def _one(self, source: str, lineno: int, text: str, tail_only: bool) -> None:
+    def _one(self, source: str, lineno: int, text: str, tail_only: bool,
+             shown: str | None = None) -> None:
         self.order += 1
         o = attribute(text)
         p = self.proc_table.proc_for(source, o, text, self.runs.run)
         self.proc_table.last_key[source] = p.key
-        ev = Evidence(source, lineno, clip(text))
+        ev = Evidence(source, lineno, clip(shown or text))
         t = self._clock(source, o)
         p.saw(ev, t)
         if tail_only:

@@ -35,9 +35,11 @@ def read_stream(a: LogAnalysis, source: str, fh: IO[bytes]) -> StreamStats:
     a.tickets[source] = prof.markdown
     stream: IO[bytes] = _Prefixed(head, fh)  # type: ignore[assignment]
     env = Envelope.detect(head)
+    if env is not None:  # collectors' / other engines' line prefixes: analysed without them
+        a.envelopes[source] = env
     try:
-        if prof.active or env is not None:
-            rd = PasteReader(prof, env.strip if env is not None else None)
+        if prof.active:
+            rd = PasteReader(prof)
             rows = ((n, r.decode("utf-8", "replace")) for n, r in scan(stream, stats=st))
             for lineno, text in rd.lines(rows):
                 a.feed_text(source, lineno, text)

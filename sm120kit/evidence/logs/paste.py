@@ -16,7 +16,7 @@ unfinished) before the analysis sees them. Everything is bounded: a joined recor
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 MAX_JOIN = 16_384
@@ -38,6 +38,7 @@ _GLUED = re.compile(r"(?<=\S) (?=\((?:[A-Za-z_][\w.()-]*)(?: rank=\d+)? pid=\d+(
 # a line that can start a record (so it is never a continuation of the previous one)
 _START = re.compile(
     r"\d{4}-\d\d-\d\d[T ]\d"  # docker / python logging timestamps
+    r"|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d "  # journald / syslog
     r"|\(\w[\w.()-]*(?: rank=\d+)? pid=\d+"  # vLLM process prefixes
     r"|\[rank\d+\]|\[\d+\] |\[[EWIF]\d*[ \]]|\[20\d\d-"  # torch, glog, bracketed stamps
     r"|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\b"
@@ -109,9 +110,8 @@ def _unbalanced(s: str) -> bool:
 class PasteReader:
     """Clean and join the lines of one source according to its profile."""
 
-    def __init__(self, profile: PasteProfile, envelope: Callable[[str], str] | None = None) -> None:
+    def __init__(self, profile: PasteProfile) -> None:
         self.p = profile
-        self.envelope = envelope  # collectors' / other engines' line prefixes (envelope.py)
         self.fenced = 0  # fence lines dropped
         self.joined = 0  # continuation lines joined
 
@@ -170,8 +170,6 @@ class PasteReader:
             text = self.clean(raw) if self.p.active else raw
             if text is None:
                 continue
-            if self.envelope is not None:
-                text = self.envelope(text)
             if self.p.join and pend is not None and self._continues(pend[1], text,
                                                                      loose=self.p.markdown):
                 prev = pend[1]
