@@ -103,3 +103,27 @@ def test_text_without_engine_lines_is_read_not_refused(tmp_path: Path,
     out = json.loads(capsys.readouterr().out)
     assert out["state"] == "no-evidence" and out["engine"] == "unknown"
     assert out["verdict"].startswith("no failure recorded")
+
+
+def test_advice_hint_without_its_prefix_stays_healthy(tmp_path: Path) -> None:
+    """vllm-logs/log11 (a real start that reaches serving) prints vLLM's CUDA-graph hint ('If
+    out-of-memory error occurs during cudagraph capture, consider decreasing
+    `gpu_memory_utilization` ...'; older releases: 'If you are running out of memory, consider
+    decreasing ...'); a paste that lost the hint lines' prefixes (or wrapped them in a logger's
+    own) is still healthy, exit 0. Both wordings are tried."""
+    src = DATA / "vllm-logs" / "log11.txt"
+    assert diagnose([src]).exit_code == 0
+    lines = src.read_text(encoding="utf-8").splitlines()
+    hint = [i for i, ln in enumerate(lines) if "consider decreasing `gpu_memory_utilization`" in ln]
+    assert hint
+    old = ("CUDA graphs can take additional 1~3 GiB memory per GPU. If you are running out of "
+           "memory, consider decreasing `gpu_memory_utilization` or enforcing eager mode.")
+    for pre, text in (("", None), ("2024-07-23 20:49:35.123 | INFO | ", None), ("", old),
+                      ("2024-07-23 20:49:35.123 | INFO | ", old)):
+        out = list(lines)
+        for i in hint:
+            out[i] = pre + (text or out[i][out[i].index("Capturing cudagraphs"):])
+        p = tmp_path / "log11-pasted.txt"
+        p.write_text("\n".join(out) + "\n")
+        res = diagnose([p])
+        assert (res.exit_code, res.state) == (0, "healthy"), res.verdict

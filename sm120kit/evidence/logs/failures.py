@@ -33,6 +33,11 @@ _STATED = re.compile(
     r"|^(?:[a-z_]\w*\.)+[A-Z]\w*(?:Failed|Failure): "
     r"|^\[\d+\][+-]?\s+(?:\d+\s+)?(?:[Kk]illed|[Ss]egmentation fault|[Aa]bort(?:ed)?|[Bb]us error)\s")
 KEEP = 8
+# advice states no failure: "If you are running out of memory, consider decreasing ..." (vLLM's
+# CUDA-graph hint on every start) is read without its advice clause, whatever its prefix
+_ADVICE = re.compile(r"(?i)\b(?:if you (?:are|see|encounter|get|hit|run)|if (?:an? )?out-of-memory "
+                     r"error occurs|consider (?:decreas|increas|reduc|lower|rais|setting|using))"
+                     r"[^.;]*")
 
 
 class Failures:
@@ -61,7 +66,8 @@ def _is_failure(o: Origin, msg: str, text: str) -> bool:
             _FAIL.search(msg) is not None
     for g in _FAIL_GATE:
         if g in text:
-            if _FAIL.search(text):
+            said = _ADVICE.sub("", text) if "f you" in text or "onsider" in text else text
+            if _FAIL.search(said):
                 return True
             break
     if exception_line(msg) is not None or "AssertionError" in text or "Error: " in text:
