@@ -54,10 +54,10 @@ class ElasticSummary:
         if "exitcode" in msg and "local_rank" in msg and (m := _AGENT.search(msg)):
             self._add(ElasticFailure(False, ev, None, int(m["lr"]), int(m["code"]), int(m["pid"])))
             return
-        if _HEAD.match(msg):
+        if ("Root Cause" in msg or "Failures:" in msg) and _HEAD.match(msg):
             self._section = "root" if msg.strip().startswith("Root") else "other"
             return
-        if self._section is None:
+        if self._section is None:  # every line outside the summary stops here
             return
         if re.match(r"^\s*\[\d+\]:\s*$", msg):
             self._cur = self._add(ElasticFailure(self._section == "root", ev))

@@ -27,16 +27,20 @@ _MARKS: tuple[tuple[str, tuple[str, ...]], ...] = (
                     "# Out of bounds values", "#  Rank ")),
 )
 SURE = 24  # hits of one engine after which later lines are not tested
+MAX_LINES = 20_000  # lines tested at most (a log that names no engine pays for its head only)
 
 
 class EngineSniffer:
     def __init__(self) -> None:
         self.hits = dict.fromkeys(ENGINES, 0)
         self.done = False
+        self.lines = 0
 
     def feed(self, text: str) -> None:
         if self.done:
             return
+        self.lines += 1
+        self.done = self.lines >= MAX_LINES
         for name, marks in _MARKS:
             if any(m in text for m in marks):
                 self.hits[name] += 1
