@@ -66,6 +66,13 @@ def test_elastic_summary_facts() -> None:
         (False, 1, 1, 1, 78971), (True, 0, 0, 1, 78970)]
     assert es.root is not None and es.root.host == "n136-117-136.byted.org"
     assert es.root.error_file is None and es.root.signal is None
+    # an entry whose exit code line is missing: the signal its traceback field names
+    es = ElasticSummary()
+    for i, ln in enumerate(("Root Cause (first observed failure):", "[0]:",
+                            "  rank      : 0 (local_rank: 0)",
+                            "  traceback : Signal 9 (SIGKILL) received by PID 8158"), 1):
+        es.feed(ln, Evidence("x", i, ln))
+    assert es.root is not None and (es.root.rank, es.root.signal) == (0, 9)
 
 
 WRAPS = {

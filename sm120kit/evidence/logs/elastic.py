@@ -84,3 +84,5 @@ class ElasticSummary:
             cur.exitcode, cur.pid = nums[0], (nums[1] if len(nums) > 1 else None)
         elif key in ("host", "error_file", "traceback"):
             setattr(cur, key, None if val in ("<N/A>", "") else val)
+            if key == "traceback" and val.startswith("Signal ") and nums and cur.exitcode is None:
+                cur.exitcode = -nums[0]  # "Signal 9 (SIGKILL) received by PID 2630"
