@@ -190,11 +190,15 @@ def _load_stacks(br: BundleReader, bf: BundleFacts, pre: str, node: str | None
     an = br.read_json(pre + "stacks/analysis.json")
     analysis = an.get("processes", {}) if isinstance(an, dict) else {}
     analysis = analysis if isinstance(analysis, dict) else {}
+    native: dict[int, list[str]] = {}
     for name in br.names(pre + "stacks/"):
         stem = name[len(pre + "stacks/"):]
         if not stem.endswith(".json") or "/" in stem:
             continue
         pid_s = stem[:-5]
+        if pid_s.endswith(".native") and pid_s[:-7].isdigit():
+            native[int(pid_s[:-7])] = _native_frames(br.read_json(name))
+            continue
         if not pid_s.isdigit():
             continue  # analysis.json, <pid>.2.json (second samples)
         body = br.read_json(name)
@@ -206,7 +210,22 @@ def _load_stacks(br: BundleReader, bf: BundleFacts, pre: str, node: str | None
         if sv is not None:
             sv.node = node
             bf.stacks.append(sv)
+    for sv in bf.stacks:  # the whole --native sample (analysis.json keeps only its head)
+        if sv.node == node and native.get(sv.pid):
+            sv.native = native[sv.pid]
     return procs, analysis
+
+
+def _native_frames(body: Any) -> list[str]:
+    """The main thread's frames of a ``<pid>.native.json`` sample, innermost first."""
+    threads = body.get("threads") if isinstance(body, dict) else body
+    if not isinstance(threads, list):
+        return []
+    ts = [t for t in threads if isinstance(t, dict)]
+    main = next((t for t in ts if t.get("thread_name") == "MainThread"), ts[0] if ts else None)
+    frames = main.get("frames") if isinstance(main, dict) else None
+    return [_frame_str(f) for f in frames[:60] if isinstance(f, dict)] if isinstance(
+        frames, list) else []
 
 
 def _load_host(br: BundleReader, bf: BundleFacts, pre: str, node: str | None) -> None:

@@ -14,13 +14,13 @@ from sm120kit.evidence.logs.analyze import Evidence
 WAITS = ("cuCtxSynchronize", "cudaDeviceSynchronize", "cudaStreamSynchronize", "cuStreamSynchronize",
          "cudaEventSynchronize", "cuEventSynchronize", "cudaMemcpy", "cuMemcpyDtoH")  # prefixes
 BUSY = 80  # % NVML utilization
+_NOT_PHASES = ("error", "shutdown")  # where a run ended, not a phase it was in
 
 
 def _wait(s: StackView) -> str | None:
-    for f in s.native:
-        name = f.split(" (", 1)[0]
-        if name.startswith(WAITS):
-            return name
+    """The native sample's CUDA waits, API first: ``cudaDeviceSynchronize → cuCtxSynchronize_v2``."""
+    if cuda := [n for n in (f.split(" (", 1)[0] for f in s.native) if n.startswith(WAITS)]:
+        return " → ".join(dict.fromkeys(reversed(cuda)))
     if s.sync in ("synchronize", "item", "cpu", "tolist") and any(
             "torch" in f or "cuda" in f for f in s.frames[:6]):
         return f"{s.sync} (Python, {s.top})"
@@ -50,15 +50,15 @@ def check(ctx: RuleContext) -> list[Finding]:
         wait, gpu = _wait(s), _busy(b.nvml, s.pid)
         if wait is None or gpu is None:
             continue
-        ph = (rows.get(s.pid) or {}).get("phase") or (b.timeline or {}).get("current_phase") or \
-            ctx.logs.global_tracker.stage
+        ph = next((p for p in ((rows.get(s.pid) or {}).get("phase"), (b.timeline or {}).get(
+            "current_phase"), ctx.logs.global_tracker.stage) if p and p not in _NOT_PHASES), None)
         who = f"rank {s.rank}" if s.rank is not None else (s.label or f"pid {s.pid}")
         native = not wait.endswith(")")
         out.append(RULE.finding(
             0.75 if native else 0.6,
             f"{who} (pid {s.pid}) waits in {wait} while GPU {gpu[0]} runs at {gpu[1]}% "
             f"utilization{f' during {field_phase(ph) or ph}' if ph else ''}: a kernel that does not return",
-            [Evidence(s.source, 0, f"{s.label or s.pid}: {(s.native or s.frames)[:3]}"),
+            [Evidence(s.source, 0, f"{s.label or s.pid} waits in {wait}, called from {s.top}"),
              Evidence("nvml.json", 0, f"GPU {gpu[0]}: {gpu[1]}% utilization")],
             ranks=[s.rank] if s.rank is not None else [], phase=field_phase(ph),
             tier="stacks" if native else "gpu"))
