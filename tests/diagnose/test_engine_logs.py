@@ -134,3 +134,25 @@ def test_advice_hint_without_its_prefix_stays_healthy(tmp_path: Path) -> None:
         p.write_text("\n".join(out) + "\n")
         res = diagnose([p])
         assert (res.exit_code, res.state) == (0, "healthy"), res.verdict
+
+
+def test_score_corpora_script_one_json_object(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    r = subprocess.run([sys.executable, str(root / "scripts" / "score_corpora.py"),
+                        str(ENGINE_LOGS), "--json"], capture_output=True, text=True, timeout=300,
+                       cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = json.loads(r.stdout)
+    row = out["corpora"][0]
+    assert (row["corpus"], row["logs"], row["refused"], row["benign_exit1"]) == (
+        "engine-logs", len(_manifest()), 0, 0)
+    bad = subprocess.run([sys.executable, str(root / "scripts" / "score_corpora.py"),
+                          str(tmp_path / "nope"), "--json"], capture_output=True, text=True,
+                         timeout=60)
+    assert bad.returncode == 2 and json.loads(bad.stdout)["status"] == "error"
+    from scripts.score_corpora import DEFAULT
+
+    assert not any("holdout-3" in d or "holdout-4" in d for d in DEFAULT)
