@@ -140,7 +140,7 @@ def render_human(res: DiagnoseResult, max_ranks: int = 16) -> None:
         con.print(f"[bold]processes ({len(res.ranks)}): where each stopped[/bold]")
         for k, row in enumerate([heads, *rows]):
             cells = [c[:w].ljust(w) for c, w in zip(row[:-1], widths, strict=True)]
-            last = row[-1] if len(row[-1]) <= left else row[-1][: left - 1] + "…"
+            last = row[-1] if len(row[-1]) <= left else _cut_words(row[-1], left - 1) + "…"
             line = "  ".join(cells + [last]).rstrip()
             con.print(f"[dim]{escape(line)}[/dim]" if k == 0 else escape(line), no_wrap=True,
                       crop=True)
@@ -156,6 +156,12 @@ def render_human(res: DiagnoseResult, max_ranks: int = 16) -> None:
         _print_finding_body(con, f)
     for n in res.notes[:10]:
         con.print(f"[yellow]note:[/yellow] {escape(n)}")
+
+
+def _cut_words(text: str, width: int) -> str:
+    """``text`` to at most ``width`` characters, cut between words where one ends in its last half."""
+    cut = text.rfind(" ", width // 2, width + 1)
+    return text[:cut] if cut > 0 else text[:width]
 
 
 def _print_finding_body(con: Any, f: Finding) -> None:

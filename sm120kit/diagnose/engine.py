@@ -28,6 +28,7 @@ from sm120kit.evidence.logs.analyze import LogAnalysis
 from sm120kit.evidence.phases import PHASE_INDEX
 from sm120kit.evidence.stacks import blocking_call, parse_faulthandler
 from sm120kit.facts.modelconfig import load_config
+from sm120kit.report import clip_words
 
 
 @dataclass
@@ -369,7 +370,7 @@ def _feed_archive(an: LogAnalysis, p: Path, notes: list[str],
                    if c.get("status") in ("error", "timeout")]
             for c in bad[:6]:
                 notes.append(f"{p.name}: collector {c.get('name')} {c.get('status')}: "
-                             f"{str(c.get('error'))[:160]}")
+                             f"{clip_words(str(c.get('error')), 160)}")
             notes += [f"{p.name}: {n}" for n in br.notes if f"{p.name}: {n}" not in notes]
         members = br.log_members()
         for name in members:
