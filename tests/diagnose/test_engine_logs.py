@@ -156,3 +156,30 @@ def test_score_corpora_script_one_json_object(tmp_path: Path) -> None:
     from scripts.score_corpora import DEFAULT
 
     assert not any("holdout-3" in d or "holdout-4" in d for d in DEFAULT)
+
+
+def test_envelope_forms() -> None:
+    """Each envelope rewritten into a form prefix.attribute reads; vLLM's own level/time form
+    after a container stamp is left to attribute (never taken for TGI's tracing form)."""
+    from sm120kit.evidence.logs.envelope import Envelope
+    from sm120kit.evidence.logs.prefix import attribute
+
+    env = Envelope()
+    cases = {
+        "2025-05-16T13:12:16.645Z INFO 05-16 13:12:16 [api_server.py:1] vLLM API server":
+            ("INFO", None, "vLLM API server"),
+        "2024-03-06T17:53:31.052444Z ERROR shard-manager: text_generation_launcher: Shard 0":
+            ("ERROR", None, "text_generation_launcher: Shard 0"),
+        "2020-03-28 18:22:59,901\tWARNING worker.py:1072 -- A worker died":
+            ("WARNING", None, "A worker died"),
+        "[2021-09-14 10:11:20,566 E 2122527 2122927] core_worker.cc:382: Raylet failed.":
+            ("ERROR", None, "Raylet failed."),
+        "[2025-08-14 17:50:07 DP1 TP4 EP0] Scheduler hit an exception":
+            (None, 4, "Scheduler hit an exception"),
+        "May 16 13:12:16 gpu1 vllm[4242]: (APIServer pid=1) ERROR 05-16 13:12:16 [core.py:1] boom":
+            ("ERROR", None, "boom"),
+    }
+    for line, (level, rank, msg) in cases.items():
+        o = attribute(env.strip(line))
+        assert (o.level, o.rank, o.message) == (level, rank, msg), (line, o)
+    assert Envelope.detect(b"INFO 05-16 13:12:16 [core.py:1] plain vLLM\n") is None

@@ -26,7 +26,7 @@ _ENV = re.compile(
     r"(?:" + _STAMP + r"(?:Z|[+-]\d\d:?\d\d)?\s+(?:"
     r"(?:stdout|stderr) [FP] "  # Kubernetes CRI log files
     r"|- [\w.<>-]+ - (?:DEBUG|INFO|WARNING|ERROR|CRITICAL) - "  # Python logging of a wrapper
-    r"|(?P<lv>ERROR|WARN|WARNING|INFO|DEBUG|TRACE|CRITICAL)\s+(?P<at>[\w.-]+(?::\d+)?):?\s(?:-- )?"
+    r"|(?P<lv>ERROR|WARN|WARNING|INFO|DEBUG|TRACE|CRITICAL)\s+(?P<at>[\w.-]+(?::\d+)?)(?::\s| -- )"
     r")?"
     r"|\[" + _STAMP.replace("?P<", "?P<b") + r"(?: (?P<g>[IWEF]) \d+ \d+\] (?P<gat>[\w.-]+:\d+): ?"
     r"|(?: TP(?P<tp>\d+)| (?:DP|PP|EP)\d+)*\] ?)"  # Ray glog / SGLang
