@@ -541,8 +541,8 @@ def _verdict(an: LogAnalysis, facts: BundleFacts | None, findings: list[Finding]
         extra = f" ({an.metrics_lines} metrics intervals)" if an.metrics_lines else ""
         return f"healthy: {what}{extra}", "healthy", phase
     if stage is None:
-        return ("no failure recorded: no vLLM/NCCL/torch phase, error or stall found in the "
-                "input"), "no-evidence", None
+        return ("no failure recorded: no phase, error or stall that vLLM, SGLang, TGI, torchrun, "
+                "Ray, NCCL or CUDA writes was found in the input"), "no-evidence", None
     return f"healthy: no failure recorded (last phase: {stage})", "healthy", phase
 
 
