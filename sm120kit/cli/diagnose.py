@@ -17,6 +17,7 @@ from sm120kit.cli import options
 from sm120kit.diagnose.catalogue import explain
 from sm120kit.diagnose.catalogue import load as load_catalogue
 from sm120kit.diagnose.engine import DiagnoseResult, diagnose
+from sm120kit.diagnose.rules.base import Finding
 from sm120kit.errors import UserError
 from sm120kit.report import clip_words, console, dump_json
 
@@ -110,6 +111,9 @@ def render_human(res: DiagnoseResult, max_ranks: int = 16) -> None:
     con = console()
     style = "bold red" if res.findings else "green"
     con.print(f"[{style}]{escape(res.verdict)}[/{style}]")
+    if res.findings:  # the verdict's own evidence, quoted whole, then its fix
+        _print_finding_body(con, res.findings[0])
+    con.print(f"engine:   {escape(res.engine)}")
     con.print(f"versions: {escape(_kv(res.versions))}")
     con.print(f"config:   {escape(_kv(res.config))}")
     if res.kv_capacity:
@@ -136,7 +140,7 @@ def render_human(res: DiagnoseResult, max_ranks: int = 16) -> None:
         con.print(f"[bold]processes ({len(res.ranks)}): where each stopped[/bold]")
         for k, row in enumerate([heads, *rows]):
             cells = [c[:w].ljust(w) for c, w in zip(row[:-1], widths, strict=True)]
-            last = row[-1] if len(row[-1]) <= left else row[-1][: left - 1] + "…"
+            last = row[-1] if len(row[-1]) <= left else _cut_words(row[-1], left - 1) + "…"
             line = "  ".join(cells + [last]).rstrip()
             con.print(f"[dim]{escape(line)}[/dim]" if k == 0 else escape(line), no_wrap=True,
                       crop=True)
@@ -144,15 +148,28 @@ def render_human(res: DiagnoseResult, max_ranks: int = 16) -> None:
         con.print(escape(line), no_wrap=True, crop=True)
     if not res.findings:
         con.print("[green]no findings[/green]")
-    for i, f in enumerate(res.findings, 1):
+    elif len(res.findings) > 1:
+        con.print("\n[bold]other findings[/bold] (the first is the verdict above)")
+    for i, f in enumerate(res.findings[1:], 2):
         con.print(f"\n[bold]{i}. [{f.category}] {escape(f.summary)}[/bold]  "
                   f"(rule {f.rule}, confidence {f.confidence:.2f})")
-        for e in f.evidence[:6]:
-            con.print(f"   [dim]{escape(e.ref)}[/dim]  {escape(clip_words(e.text))}")
-        if f.fix:
-            con.print(f"   [cyan]fix:[/cyan] {escape(f.fix)}" + (f" ({f.link})" if f.link else ""))
+        _print_finding_body(con, f)
     for n in res.notes[:10]:
         con.print(f"[yellow]note:[/yellow] {escape(n)}")
+
+
+def _cut_words(text: str, width: int) -> str:
+    """``text`` to at most ``width`` characters, cut between words where one ends in its last half."""
+    cut = text.rfind(" ", width // 2, width + 1)
+    return text[:cut] if cut > 0 else text[:width]
+
+
+def _print_finding_body(con: Any, f: Finding) -> None:
+    """A finding's evidence lines (whole, cut only between words) and its fix."""
+    for e in f.evidence[:6]:
+        con.print(f"   [dim]{escape(e.ref)}[/dim]  {escape(clip_words(e.text))}")
+    if f.fix:
+        con.print(f"   [cyan]fix:[/cyan] {escape(f.fix)}" + (f" ({f.link})" if f.link else ""))
 
 
 def node_lines(res: DiagnoseResult) -> list[str]:
@@ -171,11 +188,25 @@ def node_lines(res: DiagnoseResult) -> list[str]:
     return out
 
 
+def _md_evidence(f: Finding) -> list[str]:
+    """A finding's evidence lines in a code block (whole lines, cut only between words)."""
+    if not f.evidence:
+        return []
+    return ["```", *(f"{e.ref}: {clip_words(e.text)}".replace("```", "'''")
+                     for e in f.evidence[:6]), "```"]
+
+
 def render_markdown(res: DiagnoseResult, max_ranks: int = 16) -> str:
     def cell(s: Any) -> str:
         return str(s).replace("|", "\\|").replace("\n", " ")
 
     out = [f"**sm120kit diagnose:** {cell(res.verdict)}", ""]
+    if res.findings:  # the verdict's evidence and fix right under it
+        top = res.findings[0]
+        out += _md_evidence(top)
+        if top.fix:
+            out += [f"Fix: {cell(top.fix)}" + (f" ({top.link})" if top.link else ""), ""]
+    out.append(f"- engine: {cell(res.engine)}")
     out.append(f"- versions: {cell(_kv(res.versions))}")
     out.append(f"- config: {cell(_kv(res.config))}")
     out.append(f"- input: {cell(', '.join(res.inputs))} ({res.kind})")
@@ -198,15 +229,14 @@ def render_markdown(res: DiagnoseResult, max_ranks: int = 16) -> str:
                 out.append("| " + " | ".join(cell(x) for x in (
                     n["node"], n.get("status") or "", r.get("rank", ""), r.get("label", ""),
                     r.get("pid", ""), r.get("state") or "", r.get("where") or "")) + " |")
-    out += ["", "### Findings" if res.findings else "No findings."]
-    for i, f in enumerate(res.findings, 1):
+    if len(res.findings) > 1:
+        out += ["", "### Other findings"]
+    elif not res.findings:
+        out += ["", "No findings."]
+    for i, f in enumerate(res.findings[1:], 2):
         out.append(f"{i}. **{f.category}** ({f.rule}, confidence {f.confidence:.2f}): "
                    f"{cell(f.summary)}")
-        if f.evidence:
-            out.append("   ```")
-            for e in f.evidence[:6]:
-                out.append(f"   {e.ref}: {clip_words(e.text)}".replace("```", "'''"))
-            out.append("   ```")
+        out += ["   " + x for x in _md_evidence(f)]
         if f.fix:
             out.append(f"   Fix: {cell(f.fix)}" + (f" ({f.link})" if f.link else ""))
     if res.notes:

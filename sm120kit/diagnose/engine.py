@@ -28,6 +28,7 @@ from sm120kit.evidence.logs.analyze import LogAnalysis
 from sm120kit.evidence.phases import PHASE_INDEX
 from sm120kit.evidence.stacks import blocking_call, parse_faulthandler
 from sm120kit.facts.modelconfig import load_config
+from sm120kit.report import clip_words
 
 
 @dataclass
@@ -50,6 +51,7 @@ class DiagnoseResult:
     state: str = "unknown"  # failed | stalled | progressing | healthy | no-evidence
     phase: str | None = None  # the field phase the (last) run was in
     runs: int = 1  # launches found in the input
+    engine: str = "unknown"  # vllm | sglang | tgi | torchrun | ray | nccl-tests | unknown
 
     @property
     def exit_code(self) -> int:
@@ -61,6 +63,7 @@ class DiagnoseResult:
             "state": self.state,
             "phase": self.phase,
             "runs": self.runs,
+            "engine": self.engine,
             "inputs": self.inputs,
             "kind": self.kind,
             "verdict": self.verdict,
@@ -123,6 +126,8 @@ def _stack_view(pid: int, body: dict[str, Any], source: str, procs: dict[str, An
         sv.collective = str(an["collective"])
     if an.get("sync") and not sv.sync:
         sv.sync = str(an["sync"])
+    nat = an.get("native_frames")
+    sv.native = [str(x) for x in nat[:40]] if isinstance(nat, list) else []
     return sv
 
 
@@ -186,11 +191,15 @@ def _load_stacks(br: BundleReader, bf: BundleFacts, pre: str, node: str | None
     an = br.read_json(pre + "stacks/analysis.json")
     analysis = an.get("processes", {}) if isinstance(an, dict) else {}
     analysis = analysis if isinstance(analysis, dict) else {}
+    native: dict[int, list[str]] = {}
     for name in br.names(pre + "stacks/"):
         stem = name[len(pre + "stacks/"):]
         if not stem.endswith(".json") or "/" in stem:
             continue
         pid_s = stem[:-5]
+        if pid_s.endswith(".native") and pid_s[:-7].isdigit():
+            native[int(pid_s[:-7])] = _native_frames(br.read_json(name))
+            continue
         if not pid_s.isdigit():
             continue  # analysis.json, <pid>.2.json (second samples)
         body = br.read_json(name)
@@ -202,7 +211,22 @@ def _load_stacks(br: BundleReader, bf: BundleFacts, pre: str, node: str | None
         if sv is not None:
             sv.node = node
             bf.stacks.append(sv)
+    for sv in bf.stacks:  # the whole --native sample (analysis.json keeps only its head)
+        if sv.node == node and native.get(sv.pid):
+            sv.native = native[sv.pid]
     return procs, analysis
+
+
+def _native_frames(body: Any) -> list[str]:
+    """The main thread's frames of a ``<pid>.native.json`` sample, innermost first."""
+    threads = body.get("threads") if isinstance(body, dict) else body
+    if not isinstance(threads, list):
+        return []
+    ts = [t for t in threads if isinstance(t, dict)]
+    main = next((t for t in ts if t.get("thread_name") == "MainThread"), ts[0] if ts else None)
+    frames = main.get("frames") if isinstance(main, dict) else None
+    return [_frame_str(f) for f in frames[:60] if isinstance(f, dict)] if isinstance(
+        frames, list) else []
 
 
 def _load_host(br: BundleReader, bf: BundleFacts, pre: str, node: str | None) -> None:
@@ -319,11 +343,6 @@ def diagnose(paths: list[Path | str], *, config: str | Path | None = None,
                      cfg=model_cfg)
     ctx = RuleContext(logs=an, bundle=facts, kv=kv, catalogue=cat)
     findings = run_rules(ctx)
-    if not findings and facts is None and _unrelated(an):
-        raise UserError(f"{', '.join(str(x) for x in paths)}: no log lines: nothing that vLLM, "
-                        "NCCL or torch.distributed writes is in it",
-                        hint="pass the vLLM output (2>&1) or an excerpt of it, per-rank logs, "
-                             "a pasted ticket, or a `sm120kit collect` bundle")
     res = _result([str(x) for x in paths], "bundle" if "bundle" in kinds else
                   ("logs" if "logs" in kinds else "log"), an, facts, findings, notes)
     res.kv_capacity = kv.to_dict() if kv is not None else None
@@ -351,7 +370,7 @@ def _feed_archive(an: LogAnalysis, p: Path, notes: list[str],
                    if c.get("status") in ("error", "timeout")]
             for c in bad[:6]:
                 notes.append(f"{p.name}: collector {c.get('name')} {c.get('status')}: "
-                             f"{str(c.get('error'))[:160]}")
+                             f"{clip_words(str(c.get('error')), 160)}")
             notes += [f"{p.name}: {n}" for n in br.notes if f"{p.name}: {n}" not in notes]
         members = br.log_members()
         for name in members:
@@ -367,13 +386,6 @@ def _feed_archive(an: LogAnalysis, p: Path, notes: list[str],
         for folder in node_folders(br) if bundle else []:
             _feed_tails(an, br, folder + "/")
     return facts
-
-
-def _unrelated(an: LogAnalysis) -> bool:
-    """Text with no phase, version, configuration, signature, failure or symptom in it."""
-    return (an.global_tracker.stage is None and not an.vs.config and not an.vs.versions
-            and not an.signals and not an.failures and not an.described.symptoms
-            and not an.served and an.progressing_verdict() is None)
 
 
 def _refuse_truncated_all_clear(res: DiagnoseResult) -> None:
@@ -503,7 +515,8 @@ def _result(inputs: list[str], kind: str, an: LogAnalysis, facts: BundleFacts | 
                           config=dict(an.vs.config), ranks=ranks, phases=phases,
                           findings=findings, notes=notes, sources=an.sources, stalls=stalls,
                           nodes=node_table(facts) if facts is not None else [],
-                          state=state, phase=phase, runs=an.run + 1)
+                          state=state, phase=phase, runs=an.run + 1,
+                          engine=an.engines.engine)
 
 
 def _verdict(an: LogAnalysis, facts: BundleFacts | None, findings: list[Finding]
@@ -514,9 +527,8 @@ def _verdict(an: LogAnalysis, facts: BundleFacts | None, findings: list[Finding]
     if findings:
         top = findings[0]
         ph = top.phase or phase
-        where = f" [phase: {ph}]" if ph else ""
         state = "stalled" if any(f.category in _STALL_CATS for f in findings[:1]) else "failed"
-        return f"{top.category}: {top.summary}{where}", state, ph
+        return verdict_line(top, ph), state, ph
     last = an.last_text
     if last is not None and not an.failures and announces_long_step(last.text):
         return (f"progressing: {stage or 'startup'}; the last line announces a step that takes "
@@ -529,9 +541,20 @@ def _verdict(an: LogAnalysis, facts: BundleFacts | None, findings: list[Finding]
         extra = f" ({an.metrics_lines} metrics intervals)" if an.metrics_lines else ""
         return f"healthy: {what}{extra}", "healthy", phase
     if stage is None:
-        return ("no failure recorded: no vLLM/NCCL/torch phase, error or stall found in the "
-                "input"), "no-evidence", None
+        return ("no failure recorded: no phase, error or stall that vLLM, SGLang, TGI, torchrun, "
+                "Ray, NCCL or CUDA writes was found in the input"), "no-evidence", None
     return f"healthy: no failure recorded (last phase: {stage})", "healthy", phase
+
+
+def verdict_line(top: Finding, phase: str | None) -> str:
+    """One line: the cause, where (ranks, phase) and how sure: ``cause: summary (rank 1,
+    phase capture; confidence 0.80)``."""
+    ranks = sorted(set(top.ranks))
+    where = [(f"rank {ranks[0]}" if len(ranks) == 1 else
+              f"ranks {', '.join(map(str, ranks[:8]))}") if ranks else "",
+             f"phase {phase}" if phase else ""]
+    at = ", ".join(w for w in where if w)
+    return f"{top.category}: {top.summary} ({at + '; ' if at else ''}confidence {top.confidence:.2f})"
 
 
 _STALL_CATS = frozenset({"collective-desync", "kernel-hang", "p2p-transport", "autotune-deadlock",

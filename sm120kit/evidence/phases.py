@@ -200,7 +200,15 @@ _SIGNATURES: tuple[tuple[str, str], ...] = (
         r"|is assigned as DP rank"
         r"|SymmMemCommunicator",
     ),
-
+    # other engines' own startup lines (SGLang's scheduler and server, TGI's launcher and router),
+    # after every vLLM pattern: so their logs have phases and a start that completes is healthy
+    ("nccl-init", r"Init torch distributed begin"),
+    ("model-load", r"Load weight (?:begin|end)\.|text_generation_launcher: Waiting for shard to be "
+                   r"ready|text_generation_launcher: Starting shard"),
+    ("kv-cache-profile", r"KV Cache is allocated\.|Memory pool end\."),
+    ("cuda-graph-capture", r"Capture cuda graph (?:begin|end)\."),
+    ("engine-ready", r"text_generation_launcher: Shard ready in"),
+    ("api-server-ready", r"The server is fired up and ready to roll|text_generation_router\b.*: Connected\s*$"),
 )
 _COMPILED: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (phase, re.compile(rx)) for phase, rx in _SIGNATURES
@@ -221,7 +229,8 @@ _PREFILTER_WORDS: tuple[str, ...] = (
     "Inductor", "load model", "safetensors", "Loading", "loading", "loaded",
     "weight", "nccl", "ll-reduce", "llreduce", "all_reduce", "assigned as DP", "SymmMem",
     "█", "version", "non-default", "LLM engine", "headless", "Launching", "Resolved arch",
-    "remote core engine",
+    "remote core engine", "Init torch distributed", "Load weight", "Shard", "shard", "KV Cache",
+    "Memory pool", "Capture cuda", "fired up", "Connected",
 )
 
 

@@ -177,8 +177,13 @@ def test_unknown_names_the_root_error_line_phase_and_nearest_entries(tmp_path: P
     f = diagnose([p]).findings[0]
     assert f.category in ("unknown", "rank-crashed"), f
     assert "u.log:3" in f.summary and "weight-load" in f.summary
-    near = f.summary.split("looks like: ", 1)[1]
-    assert near.startswith("stream-capture-unsupported — https://") and near.count(" — ") == 3
+    if f.category == "rank-crashed":  # "looks like" pointers only for unknown (issue 32 item 4)
+        assert "looks like" not in f.summary
+        f = next(g for g in diagnose([p]).findings if g.category == "unknown") if any(
+            g.category == "unknown" for g in diagnose([p]).findings) else f
+    if f.category == "unknown":
+        near = f.summary.split("looks like: ", 1)[1]
+        assert near.startswith("stream-capture-unsupported — https://") and near.count(" — ") == 3
 
 
 def test_nearest_ranks_the_relative_first() -> None:
@@ -190,8 +195,8 @@ def test_nearest_ranks_the_relative_first() -> None:
         == "cuda-oom"
 
 
-def test_corrupt_gzip_and_unrelated_text_are_refused(tmp_path: Path,
-                                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_corrupt_gzip_is_refused_unrelated_text_is_not(tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "vllm.log.gz"
     bad.write_bytes(b"\x1f\x8b\x08\x00" + bytes(range(7, 200)))
     assert cli.run(["diagnose", str(bad)]) == 2
@@ -201,8 +206,9 @@ def test_corrupt_gzip_and_unrelated_text_are_refused(tmp_path: Path,
     prose.write_text((Path(__file__).resolve().parents[2] / "LICENSE").read_text()
                      if (Path(__file__).resolve().parents[2] / "LICENSE").is_file()
                      else "Shopping list\n- eggs\n- bread\n- call the plumber on Tuesday\n")
-    assert cli.run(["diagnose", str(prose)]) == 2
-    assert "no log lines" in capsys.readouterr().err
+    # exit 2 only for empty, binary or unreadable input (issue 29 item 4): text is read
+    assert cli.run(["diagnose", str(prose)]) == 0
+    assert "no failure recorded" in capsys.readouterr().out
 
 
 def test_gate_literals_are_in_every_match() -> None:

@@ -50,12 +50,17 @@ def test_markdown_and_human(tmp_path: Path, capsys) -> None:
     p = _crash(tmp_path)
     assert cli.run(["diagnose", "--markdown", str(p)]) == 1
     md = capsys.readouterr().out
-    assert md.startswith("**sm120kit diagnose:**") and "### Findings" in md
-    assert "| rank | process |" in md and "v.log:" in md
+    head = md.splitlines()
+    # one verdict line (cause, where, confidence), its evidence quoted, then the fix
+    assert head[0].startswith("**sm120kit diagnose:**") and "confidence 0." in head[0]
+    assert head[2] == "```" and head[3].startswith("v.log:") and "Fix: " in md.split("- engine:")[0]
+    assert "| rank | process |" in md and "- engine: vllm" in md
     assert cli.run(["diagnose", str(p)]) == 1
-    out = capsys.readouterr().out
-    assert out.splitlines()[0].startswith(("out-of-memory", "rank-crashed"))
-    assert "fix:" in out and "v.log:" in out
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith(("out-of-memory", "rank-crashed")) and "confidence 0." in out[0]
+    assert out[1].lstrip().startswith("v.log:")
+    assert any(x.lstrip().startswith("fix:") for x in out[1:8])
+    assert "looks like" not in "\n".join(out)
 
 
 def test_stdin(tmp_path: Path) -> None:

@@ -73,8 +73,16 @@ def _cause(e: dict[str, Any]) -> str | None:
     return c if c and c not in BENIGN else None
 
 
+def _tables(request: pytest.FixtureRequest) -> bool:
+    """Print the per-log and per-corpus tables only with ``-s`` or SM120KIT_CORPUS_TABLES=1
+    (issue 32 item 1); otherwise each test prints one summary line."""
+    return request.config.getoption("capture") == "no" or bool(
+        os.environ.get("SM120KIT_CORPUS_TABLES"))
+
+
 def test_hit_rate_per_category(results: list[tuple[dict[str, Any], dict[str, Any]]],
-                               capsys: pytest.CaptureFixture[str]) -> None:
+                               capsys: pytest.CaptureFixture[str],
+                               request: pytest.FixtureRequest) -> None:
     per: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     rows = []
     for e, r in results:
@@ -87,13 +95,15 @@ def test_hit_rate_per_category(results: list[tuple[dict[str, Any], dict[str, Any
         rows.append(f"  {'HIT ' if hit else 'MISS'} {e['id']:<40} expected {cause:<22} got {r['top']}")
     hits = sum(h for h, _n in per.values())
     total = sum(n for _h, n in per.values())
-    with capsys.disabled():
-        print(f"\nfield corpus: {len(results)} logs, {total} with an established cause")
-        print("\n".join(rows))
-        for cat in sorted(per):
-            h, n = per[cat]
-            print(f"  {cat:<24} {h}/{n}")
-        print(f"  top-3 hit rate: {hits}/{total} = {hits / max(total, 1):.0%} (target {TARGET:.0%})")
+    if _tables(request):
+        with capsys.disabled():
+            print(f"\nfield corpus: {len(results)} logs, {total} with an established cause")
+            print("\n".join(rows))
+            for cat in sorted(per):
+                h, n = per[cat]
+                print(f"  {cat:<24} {h}/{n}")
+            print(f"  top-3 hit rate: {hits}/{total} = {hits / max(total, 1):.0%} "
+                  f"(target {TARGET:.0%})")
     assert total >= 15
     if os.environ.get("SM120KIT_FIELD_LOGS"):
         assert hits / total >= TARGET, f"top-3 hit rate {hits}/{total} below {TARGET:.0%}"
@@ -174,11 +184,12 @@ def scores(results: list[tuple[dict[str, Any], dict[str, Any]]]) -> dict[str, An
 
 # measured on the tuning corpus (field-logs + field-logs-b); floors are the measured values
 FLOORS = {"top1": 76, "top3": 80}  # of 110 known causes (stop 28: four sets; 63/66 before tuning)
-FALSE_ALL_CLEAR_MAX = 9  # measured (issue 21 target: 0); incl. vllm-7151 (exit 2, prose only)
+FALSE_ALL_CLEAR_MAX = 9  # measured (issue 21 target: 0); incl. vllm-7151 (prose only: exit 0,
+# no-evidence, since text is never refused; it was exit 2 before issue 29 item 4)
 BENIGN_EXIT1_MAX = 5  # measured (issue 21 target: 0)
 BENIGN_WRONG_MAX = 5  # benign logs not answered 0 with a healthy/progressing verdict
 PROGRESSING_WRONG_MAX = 3  # measured: 3 progressing logs (retired held-out sets) not called progressing
-REFUSED_MAX = 1  # field-logs-b/vllm-7151: prose only, no log line; exit 2 is the documented answer
+REFUSED_MAX = 0  # exit 2 only for empty, binary or unreadable input (issue 29 item 4)
 CONFIDENT_WRONG_MAX = 1  # measured: 1 of 269 top-3 findings
 HIGH_BIN_FLOOR = 0.98  # measured 82/83 (issue 21 target: 0.90)
 MID_BIN_FLOOR = 0.75  # measured 69/92 (issue 21 target: 0.60)
@@ -196,14 +207,22 @@ def _print_table(label: str, s: dict[str, Any]) -> None:
 
 
 def test_tuning_table_and_calibration(results: list[tuple[dict[str, Any], dict[str, Any]]],
-                                      capsys: pytest.CaptureFixture[str]) -> None:
+                                      capsys: pytest.CaptureFixture[str],
+                                      request: pytest.FixtureRequest) -> None:
     s = scores(results)
+    corpora = sorted({e["_corpus"] for e, _r in results})
     with capsys.disabled():
-        corpora = sorted({e["_corpus"] for e, _r in results})
-        if len(corpora) > 1:
-            for c in corpora:
-                _print_table(c, scores([(e, r) for e, r in results if e["_corpus"] == c]))
-        _print_table("combined" if len(corpora) > 1 else corpora[0], s)
+        if _tables(request):
+            if len(corpora) > 1:
+                for c in corpora:
+                    _print_table(c, scores([(e, r) for e, r in results if e["_corpus"] == c]))
+            _print_table("combined" if len(corpora) > 1 else corpora[0], s)
+        else:  # one line; the tables with -s, SM120KIT_CORPUS_TABLES=1 or scripts/score_corpora.py
+            n = max(s["known"], 1)
+            print(f"\nfield corpus ({len(corpora)} sets, {len(results)} logs): top-1 "
+                  f"{s['top1']}/{s['known']} ({s['top1'] / n:.0%}), top-3 {s['top3']}/{s['known']} "
+                  f"({s['top3'] / n:.0%}), false all-clear {s['false_all_clear']}, benign exit 1 "
+                  f"{s['benign_exit1']}, confident-wrong {s['confident_wrong']}/{s['findings']}")
     if os.environ.get("SM120KIT_FIELD_LOGS"):
         return  # another corpus: print only, the floors are the tuning corpus'
     assert s["top1"] >= FLOORS["top1"] and s["top3"] >= FLOORS["top3"], s

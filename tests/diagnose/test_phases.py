@@ -115,3 +115,22 @@ def test_classify_never_raises(s: str) -> None:
     tr = PhaseTracker()
     tr.feed(s, 0.0)
     assert tr.current is None or tr.current in PHASES
+
+
+@pytest.mark.parametrize(("line", "phase"), [
+    # SGLang's scheduler and server (lines of tests/data/engine-logs and sgl-project threads)
+    ("[2025-07-16 05:13:20] Init torch distributed begin.", "nccl-init"),
+    ("[2025-03-27 21:33:30 TP0] Load weight end. type=Gemma3ForConditionalGeneration", "model-load"),
+    ("[2025-03-27 21:33:31 TP0] KV Cache is allocated. #tokens: 834615, K size: 54.12 GB",
+     "kv-cache-profile"),
+    ("[2025-03-27 21:33:31 TP0] Capture cuda graph begin. This can take up to several minutes.",
+     "cuda-graph-capture"),
+    ("The server is fired up and ready to roll!", "api-server-ready"),
+    # TGI's launcher (after the envelope rewrite of its tracing stamp)
+    ("INFO 05-01 01:17:02 [shard-manager] text_generation_launcher: Waiting for shard to be "
+     "ready... rank=1", "model-load"),
+    ("INFO 05-01 01:17:02 [shard-manager] text_generation_launcher: Shard ready in 12.4s rank=0",
+     "engine-ready"),
+])
+def test_other_engines_phases(line: str, phase: str) -> None:
+    assert classify_line(line) == phase

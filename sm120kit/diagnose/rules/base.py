@@ -59,6 +59,7 @@ class StackView:
     collective: str | None = None
     sync: str | None = None
     frames: list[str] = field(default_factory=list)  # "func (file:line)", innermost first
+    native: list[str] = field(default_factory=list)  # a --native sample's frames, innermost first
     source: str = ""
     node: str | None = None  # the Ray node folder (``nodes/<id>/``) of a multi-node bundle
 

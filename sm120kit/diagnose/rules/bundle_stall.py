@@ -15,6 +15,7 @@ from typing import Any
 
 from sm120kit.diagnose.rules.base import Finding, Rule, RuleContext, field_phase
 from sm120kit.evidence.logs.analyze import Evidence
+from sm120kit.report import clip_words
 
 _STALL_KINDS = ("silence", "signal", "death", "exit")
 # the warmup/collect supervisors' stall sentence: "rank 2 (pid 77) stopped in phase convert
@@ -85,7 +86,8 @@ def check(ctx: RuleContext) -> list[Finding]:
            and c.get("name") in ("stacks", "flight", "ras", "nvml", "vllm-watchdog")]
     if bad:
         ev.append(Evidence("manifest.json", 0, "collectors: " + "; ".join(
-            f"{c.get('name')} {c.get('status')}: {str(c.get('error') or '')[:100]}" for c in bad[:4])))
+            f"{c.get('name')} {c.get('status')}: {clip_words(str(c.get('error') or ''), 100)}"
+            for c in bad[:4])))
     cat = "unknown"
     if outside or _STOPPED.search(reason):
         cat = "collective-desync"  # one rank is not where the others wait
@@ -96,7 +98,14 @@ def check(ctx: RuleContext) -> list[Finding]:
         0.8 if cat != "unknown" else 0.6,
         f"the bundle was written because the run stalled: {what}", ev, ranks=ranks,
         category=cat, phase=fp, role="position",
-        tier="disagreement" if cat != "unknown" else "config")]
+        tier="disagreement" if cat != "unknown" else "config",
+        fix=None if ranks else _NO_RANK_FIX)]
+
+
+# no rank stands out: the stall record names none, so the fix says where to look instead
+_NO_RANK_FIX = ("No rank stands out: read each rank's last log lines and stack (stacks/<pid>.json, "
+                "the --native samples for CUDA waits) side by side. If no stack was taken, install "
+                "py-spy (and allow ptrace) so the next bundle has one.")
 
 
 def _exited(reason: str, tl: dict[str, Any]) -> Finding:

@@ -47,7 +47,7 @@ def check(ctx: RuleContext) -> list[Finding]:
         fix = str(c.get("fix") or RULE.fix)
         out.append(RULE.finding(
             conf, f"doctor {c.get('status')}: {cid}: {clip_words(str(c.get('summary', '')), 200)}",
-            [Evidence("doctor.json", i + 1, f"{cid}: {str(c.get('summary', ''))[:300]}")],
+            [Evidence("doctor.json", i + 1, f"{cid}: {c.get('summary', '')}")],
             fix=fix, category=_category(cid, str(c.get("area", "")))))
     return out[:4]
 

@@ -12,7 +12,7 @@ _SECONDARY = ("Watchdog caught", "timed out", "Timeout", "shutting down", "died 
               "exit code: -6", "exit code -6")
 # exceptions that report another process's failure, not their own
 _EFFECT_TYPES = ("TimeoutError", "EngineDeadError", "DistBackendError", "RayTaskError",
-                 "EngineCoreError")
+                 "EngineCoreError", "ChildFailedError")  # torchrun's: a child failed
 
 
 def check(ctx: RuleContext) -> list[Finding]:

@@ -7,6 +7,7 @@ import re
 
 from sm120kit.diagnose.rules.base import Finding, Rule, RuleContext
 from sm120kit.evidence.logs.analyze import Evidence
+from sm120kit.report import clip_words
 
 _MISSING = re.compile(r"missing ranks: \{(?P<r>[\d, ]*)\}")
 
@@ -31,13 +32,13 @@ def check(ctx: RuleContext) -> list[Finding]:
                 out.append(RULE.finding(
                     0.86, f"Flight Recorder: rank(s) {ranks} never joined collective "
                     f"{item.get('op')} #{item.get('seq')} of PG {item.get('pg')} that ranks "
-                    f"{item.get('ranks_with')} entered", [Evidence(src, 0, str(item)[:300])],
+                    f"{item.get('ranks_with')} entered", [Evidence(src, 0, clip_words(str(item), 300))],
                     ranks=ranks))
             elif item.get("mismatch"):
                 out.append(RULE.finding(
                     0.86, f"Flight Recorder: collective #{item.get('seq')} of PG {item.get('pg')} "
                     f"differs across ranks: {item.get('mismatch')}",
-                    [Evidence(src, 0, str(item)[:300])]))
+                    [Evidence(src, 0, clip_words(str(item), 300))]))
     for name, text in b.flight_text:
         for i, line in enumerate(text.splitlines(), 1):
             m = _MISSING.search(line)
@@ -45,7 +46,7 @@ def check(ctx: RuleContext) -> list[Finding]:
                 ranks = [int(x) for x in m.group("r").replace(" ", "").split(",") if x]
                 out.append(RULE.finding(
                     0.85, f"Flight Recorder analyzer: missing ranks {ranks}",
-                    [Evidence(name, i, line.strip()[:300])], ranks=ranks))
+                    [Evidence(name, i, line.strip())], ranks=ranks))
     return out
 
 

@@ -48,6 +48,8 @@ def fold(findings: list[Finding], cat: Catalogue | None) -> list[Finding]:
 def _point(findings: list[Finding], cat: Catalogue | None) -> None:
     """No cause named: the crash finding points at its error line and the nearest entries."""
     for f in findings:
-        if f.rule == "first-dead-rank" and f.evidence and "looks like:" not in f.summary:
+        if f.rule == "first-dead-rank" and f.evidence and "error at " not in f.summary:
             e = next((x for x in f.evidence if "Traceback (most recent" not in x.text), f.evidence[0])
-            f.summary += f"; error at {e.ref}" + looks_like(cat, e.text)
+            # the nearest entries ("looks like") only where the cause is unknown
+            f.summary += f"; error at {e.ref}" + (looks_like(cat, e.text)
+                                                  if f.category == "unknown" else "")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from sm120kit.diagnose.rules.base import Finding, Rule, RuleContext
 from sm120kit.evidence.logs.analyze import Evidence
+from sm120kit.report import clip_words
 
 # the startup steps an interposer breaks: process-group / NCCL communicator setup
 _INIT_WORDS = ("NCCL", "nccl", "TCPStore", "communicator", "init_process_group",
@@ -37,7 +38,7 @@ def check(ctx: RuleContext) -> list[Finding]:
     how = "failed" if failed else "stopped"
     return [RULE.finding(
         0.6, f"the multi-GPU start {how} at process-group / NCCL init under a GPU-sharing "
-        f"interposer ({named[0].text.strip()[:120]}): its CUDA/NVML hook is the usual cause of "
+        f"interposer ({clip_words(named[0].text.strip(), 120)}): its CUDA/NVML hook is the usual cause of "
         "this startup failure", ev, phase="startup", role="cause")]
 
 

@@ -66,7 +66,7 @@ def check(ctx: RuleContext) -> list[Finding]:
         for i, line in enumerate(text.splitlines(), 1):
             m = _RX.search(line)
             if m:
-                kinds.setdefault(m.group(1), []).append(Evidence(name, i, line.strip()[:300]))
+                kinds.setdefault(m.group(1), []).append(Evidence(name, i, line.strip()))
     out: list[Finding] = []
     if "DEAD" in kinds or "INCOMPLETE" in kinds:
         ev = kinds.get("DEAD", []) + kinds.get("INCOMPLETE", [])

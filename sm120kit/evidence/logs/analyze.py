@@ -18,8 +18,12 @@ from collections.abc import Iterable
 from typing import IO, Any
 
 from sm120kit.evidence.logs.described import DescribedScan
+from sm120kit.evidence.logs.elastic import ElasticSummary
+from sm120kit.evidence.logs.engines import EngineSniffer
+from sm120kit.evidence.logs.envelope import Envelope
 from sm120kit.evidence.logs.failures import Failures
 from sm120kit.evidence.logs.fastpath import CallSites, site_of
+from sm120kit.evidence.logs.frames import Tracebacks
 from sm120kit.evidence.logs.hits import Scanner, SignalBook
 from sm120kit.evidence.logs.incidents import Incidents
 from sm120kit.evidence.logs.intake import read_stream
@@ -72,6 +76,9 @@ class LogAnalysis(AnalysisView):
         self.nccl_diag = NcclDiag()  # NCCL >= 2.31 'NCCL DIAG' report
         # what people describe: topology tables, GPU state, the symptom in words
         self.described = DescribedScan()
+        self.engines = EngineSniffer()  # which program wrote the log (engines.py)
+        self.elastic = ElasticSummary()  # torchrun's failure summary (elastic.py)
+        self.tracebacks = Tracebacks()  # each process's traceback frames (frames.py)
         self.sources: list[dict[str, Any]] = []
         self.order = 0  # lines parsed, a global sequence for "first" across sources
         self.last_text: Evidence | None = None  # the input's last line (an excerpt's end)
@@ -81,6 +88,7 @@ class LogAnalysis(AnalysisView):
         self.paste: dict[str, dict[str, Any]] = {}
         self.binary_sources: list[str] = []
         self.tickets: dict[str, bool] = {}  # source → pasted report (Markdown around the log)
+        self.envelopes: dict[str, Envelope] = {}  # source → its line envelopes (envelope.py)
 
     # -- input ------------------------------------------------------------------------------
     def feed_stream(self, source: str, fh: IO[bytes]) -> StreamStats:
@@ -101,11 +109,15 @@ class LogAnalysis(AnalysisView):
             text = text.replace("\x00", "")
         if not text.strip():
             return
+        env = self.envelopes.get(source)
+        shown = None
+        if env is not None:  # read without the envelope; quoted as written
+            shown, text = text, env.strip(text)
         # a Python log line glued onto the end of an NCCL line (output interleaving)
         parts = _EMBEDDED.split(text) if " pid=" in text and " NCCL " in text else [text]
         for p in parts:
             if p.strip():
-                self._one(source, lineno, p, tail_only)
+                self._one(source, lineno, p, tail_only, shown if len(parts) == 1 else None)
 
     # -- per line ---------------------------------------------------------------------------
     def _clock(self, source: str, o: Origin) -> float | None:
@@ -118,12 +130,13 @@ class LogAnalysis(AnalysisView):
         self.t_last = o.t
         return o.t
 
-    def _one(self, source: str, lineno: int, text: str, tail_only: bool) -> None:
+    def _one(self, source: str, lineno: int, text: str, tail_only: bool,
+             shown: str | None = None) -> None:
         self.order += 1
         o = attribute(text)
         p = self.proc_table.proc_for(source, o, text, self.runs.run)
         self.proc_table.last_key[source] = p.key
-        ev = Evidence(source, lineno, clip(text))
+        ev = Evidence(source, lineno, clip(shown or text))
         t = self._clock(source, o)
         p.saw(ev, t)
         if tail_only:
@@ -135,6 +148,10 @@ class LogAnalysis(AnalysisView):
             feed_kv_line(self.kv, text)
         if NCCL_DIAG_MARK in text:
             self.nccl_diag.feed(text)
+        self.engines.feed(text)
+        self.elastic.feed(o.message, ev)
+        if "File \"" in text or "Traceback" in text:
+            self.tracebacks.feed(p.key, o.message, ev)
         ts = t if t is not None else float(self.order)
         site = site_of(o, o.message)
         if site is None:

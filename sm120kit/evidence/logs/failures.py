@@ -17,11 +17,12 @@ _FAIL = re.compile(
     r"|Aborted|Segmentation fault|core dumped|terminate called|Fatal Python error|\bFAILED\b"
     r"|SIG(?:ABRT|SEGV|KILL|BUS)|EngineDeadError|initialization failed|failed to start"
     r"|Watchdog caught|[Ww]atchdog timeout|Failed: Cuda error|[Hh]eartbeat monitor timed out|CUDA error|NCCL error|ncclSystemError"
-    r"|ncclInternalError|ncclUnhandledCudaError|ncclInvalidUsage|out of memory")
+    r"|ncclInternalError|ncclUnhandledCudaError|ncclInvalidUsage|out of memory"
+    r"|actor is (?:already )?dead|state: DEAD\b")  # Ray core's own death notices (INFO level)
 _FAIL_GATE = ("imed out", "imeout", "died", "exit", "RC=", "rc=", "returncode", "Abort", "ault",
               "dumped", "terminate", "Fatal", "FAILED", "SIG", "EngineDead", "failed", "atchdog",
               "eartbeat", "error", "ncclSystem", "ncclInternal", "ncclUnhandled", "ncclInvalid",
-              "of memory")
+              "of memory", "dead", "DEAD")
 # failure statements in other shapes: Python logging / uvicorn level words ("ERROR:    Application
 # startup failed. Exiting."), Ray's wrapped exceptions ("ray.exceptions.RayTaskError(RuntimeError):
 # ray::..."), dotted exception types named for a failure ("torch._dynamo.exc.BackendCompilerFailed:
@@ -33,6 +34,11 @@ _STATED = re.compile(
     r"|^(?:[a-z_]\w*\.)+[A-Z]\w*(?:Failed|Failure): "
     r"|^\[\d+\][+-]?\s+(?:\d+\s+)?(?:[Kk]illed|[Ss]egmentation fault|[Aa]bort(?:ed)?|[Bb]us error)\s")
 KEEP = 8
+# advice states no failure: "If you are running out of memory, consider decreasing ..." (vLLM's
+# CUDA-graph hint on every start) is read without its advice clause, whatever its prefix
+_ADVICE = re.compile(r"(?i)\b(?:if you (?:are|see|encounter|get|hit|run)|if (?:an? )?out-of-memory "
+                     r"error occurs|consider (?:decreas|increas|reduc|lower|rais|setting|using))"
+                     r"[^.;]*")
 
 
 class Failures:
@@ -57,11 +63,12 @@ def _is_failure(o: Origin, msg: str, text: str) -> bool:
     if o.kind == "torch" and o.level is None and msg.startswith("[") and msg[1:2] in "EF":
         return True
     if o.level in ("INFO", "DEBUG"):
-        return ("died" in msg or "imed out" in msg or "exit code" in msg) and \
-            _FAIL.search(msg) is not None
+        return ("died" in msg or "imed out" in msg or "exit code" in msg or "dead" in msg
+                or "DEAD" in msg) and _FAIL.search(msg) is not None
     for g in _FAIL_GATE:
         if g in text:
-            if _FAIL.search(text):
+            said = _ADVICE.sub("", text) if "f you" in text or "onsider" in text else text
+            if _FAIL.search(said):
                 return True
             break
     if exception_line(msg) is not None or "AssertionError" in text or "Error: " in text:

@@ -6,6 +6,7 @@ import io
 import re
 from typing import IO, TYPE_CHECKING
 
+from sm120kit.evidence.logs.envelope import Envelope
 from sm120kit.evidence.logs.paste import HEAD, PasteProfile, PasteReader
 from sm120kit.evidence.logs.stream import StreamStats, scan
 
@@ -33,6 +34,9 @@ def read_stream(a: LogAnalysis, source: str, fh: IO[bytes]) -> StreamStats:
     prof = PasteProfile.detect(head, whole)
     a.tickets[source] = prof.markdown
     stream: IO[bytes] = _Prefixed(head, fh)  # type: ignore[assignment]
+    env = Envelope.detect(head)
+    if env is not None:  # collectors' / other engines' line prefixes: analysed without them
+        a.envelopes[source] = env
     try:
         if prof.active:
             rd = PasteReader(prof)

@@ -38,6 +38,7 @@ _GLUED = re.compile(r"(?<=\S) (?=\((?:[A-Za-z_][\w.()-]*)(?: rank=\d+)? pid=\d+(
 # a line that can start a record (so it is never a continuation of the previous one)
 _START = re.compile(
     r"\d{4}-\d\d-\d\d[T ]\d"  # docker / python logging timestamps
+    r"|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d "  # journald / syslog
     r"|\(\w[\w.()-]*(?: rank=\d+)? pid=\d+"  # vLLM process prefixes
     r"|\[rank\d+\]|\[\d+\] |\[[EWIF]\d*[ \]]|\[20\d\d-"  # torch, glog, bracketed stamps
     r"|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\b"
@@ -77,7 +78,8 @@ class PasteProfile:
         """``whole``: the head is the entire input (a paste or an excerpt, not a big log)."""
         p = cls()
         h = head[:HEAD]
-        p.markdown = (b"```" in h or b"\n> " in h or h.startswith(b"> ") or b"\\_" in h
+        p.markdown = (b"```" in h or b"\n> " in h or h.startswith((b"> ", b">> ")) or b"\n>> " in h
+                      or b"\\_" in h
                       or b"\n### " in h or h.startswith(b"### ") or b"&gt;" in h
                       or b"\n- " in h or b"\n* " in h)
         p.remnants = bool(_REMNANT_HINT.search(h))

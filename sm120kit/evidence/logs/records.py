@@ -29,8 +29,12 @@ class Evidence:
 
 
 def clip(s: str) -> str:
+    """The line as evidence: whole up to MAX_TEXT, else cut at the last space before it with "…"."""
     s = s.replace("\r", " ").strip()
-    return s if len(s) <= MAX_TEXT else s[: MAX_TEXT - 3] + "..."
+    if len(s) <= MAX_TEXT:
+        return s
+    cut = s.rfind(" ", MAX_TEXT - 200, MAX_TEXT - 1)
+    return s[: cut if cut > 0 else MAX_TEXT - 1] + "…"
 
 
 @dataclass

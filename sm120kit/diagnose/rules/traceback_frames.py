@@ -1,0 +1,40 @@
+"""Frames are evidence: where the input's first traceback ends (its innermost frames, mapped by
+``catalogue/frames/frames.toml``) names the phase and the kind of failure: weight loading,
+CUDA-graph capture, a device communicator, KV-cache profiling, JIT/autotune, torch.distributed.
+A weak claim (the place, not the message): it ranks below any entry that knows the message."""
+
+from __future__ import annotations
+
+from sm120kit.diagnose.catalogue.frames import place
+from sm120kit.diagnose.rules.base import Finding, Rule, RuleContext
+
+CONFIDENCE = 0.4
+
+
+def check(ctx: RuleContext) -> list[Finding]:
+    tb = ctx.logs.tracebacks.first()
+    if tb is None:
+        return []
+    hit = place(tb.frames)
+    if hit is None:
+        return []
+    rule, f = hit
+    inner = tb.frames[-1]
+    where = f"{f.file.rsplit('/', 2)[-2:][-1]}:{f.line} in {f.function}"
+    also = "" if f is inner else f" (innermost: {inner.function} at {inner.file}:{inner.line})"
+    return [RULE.finding(
+        CONFIDENCE, f"the first traceback fails inside {rule.what}: {where}{also}",
+        [f.ev] + ([inner.ev] if f is not inner else []), category=rule.category,
+        phase=rule.phase)]
+
+
+RULE = Rule(
+    id="traceback-frames",
+    category="unknown",
+    needs="Python traceback frames ('File \"...\", line N, in f') and the frame map",
+    tier="config",
+    check=check,
+    fix="The exception line under these frames says what failed there; read it with the phase "
+        "named here (weight files and config for weight loading, --enforce-eager for capture, "
+        "NCCL_P2P_DISABLE=1 / --disable-custom-all-reduce for communicators).",
+)
