@@ -96,7 +96,14 @@ def check(ctx: RuleContext) -> list[Finding]:
         0.8 if cat != "unknown" else 0.6,
         f"the bundle was written because the run stalled: {what}", ev, ranks=ranks,
         category=cat, phase=fp, role="position",
-        tier="disagreement" if cat != "unknown" else "config")]
+        tier="disagreement" if cat != "unknown" else "config",
+        fix=None if ranks else NO_RANK_FIX)]
+
+
+#: the fix when no rank is named (one process, or a stall the ranks do not tell apart)
+NO_RANK_FIX = ("Read the last lines of the log (logs/child.log, logs/by-source/) and the stacks "
+               "(stacks/<pid>.txt): they say what the command was doing when it went quiet. If no "
+               "stack was taken, install py-spy (and allow ptrace) so the next bundle has one.")
 
 
 def _exited(reason: str, tl: dict[str, Any]) -> Finding:
