@@ -199,15 +199,18 @@ def wrap_line(line: str, width: int, indent: str = "", keep: int = 0) -> list[st
     """``line`` in lines of at most ``width`` columns, broken at spaces only between pieces of
     :func:`_tokens` (a command is never split); its first ``keep`` characters (padded columns)
     stay as they are, continuation lines start with ``indent``. A line that is a command
-    (:data:`COMMAND_WORDS`) and a piece longer than the width stay whole on a line of their
-    own."""
+    (:data:`COMMAND_WORDS`), a label with one piece (``bundle: PATH``) and a piece longer than
+    the width stay whole on a line of their own."""
     if len(line) <= width or line.lstrip().startswith(COMMAND_WORDS):
         return [line]
     keep = keep or len(line) - len(line.lstrip())
+    toks = _tokens(line[keep:])
+    if len(toks) <= 2 and not keep:  # "bundle: /a/long/path": a label and what to copy
+        return [line]
     out: list[str] = []
     cur = line[:keep]
     fresh = True
-    for tok in _tokens(line[keep:]):
+    for tok in toks:
         if not fresh and len(cur) + 1 + len(tok) > width:
             out.append(cur)
             cur, fresh = indent or line[:keep], True
