@@ -111,7 +111,7 @@ def _plain_console_class() -> type:
     from rich.table import Table
     from rich.text import Text
 
-    class PlainConsole(Console):  # type: ignore[misc]
+    class PlainConsole(Console):
         """A console for output that is not a terminal: a table becomes plain records
         (:func:`table_lines`), text is wrapped at the width without breaking a command."""
 

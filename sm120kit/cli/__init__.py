@@ -27,18 +27,17 @@ __all__ = ["COMMANDS", "cli", "main", "run"]
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="sm120kit")
-@click.option("--json", "as_json", is_flag=True,
-              help="Machine-readable output: one JSON object on stdout for every outcome, errors "
-              "included (accepted anywhere before `--`).")
 @click.option("--debug", is_flag=True, envvar="SM120KIT_DEBUG",
               help="Show tracebacks for errors (accepted anywhere before `--`).")
 @click.pass_context
-def cli(ctx: click.Context, as_json: bool, debug: bool) -> None:
+def cli(ctx: click.Context, debug: bool) -> None:
     """DCP for vLLM's FlashInfer sparse-MLA SM120 backend: patch, check, warm up, diagnose.
 
-    On a terminal results are tables; piped, plain lines of $COLUMNS (default 100) columns
-    with commands whole. Exit codes: 0 ok, 1 warnings or findings, 2 failure or unusable
-    input, 130 interrupted.
+    Every command takes --json (machine-readable output: one JSON object on stdout for every
+    outcome, errors included) and --debug (tracebacks), anywhere before `--`. On a terminal
+    results are tables; piped, plain lines of $COLUMNS (default 100) columns with commands
+    whole. Exit codes: 0 ok, 1 warnings or findings, 2 failure or unusable input, 130
+    interrupted.
     """
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug or bool(ctx.obj.get("debug"))

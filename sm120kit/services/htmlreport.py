@@ -123,12 +123,13 @@ def _phase_rows(v: BundleView) -> tuple[list[tuple[str, list[tuple[str, float, f
                     for i, (ph, t) in enumerate(seq)]
             rows.append((stream, segs))
         return rows, end, True
-    rows = []
+    ordered: list[tuple[str, list[tuple[str, float, float]]]] = []
     for r in v.diagnosis.get("ranks") or []:
-        seq = [str(x) for x in r.get("phases") or []]
-        if seq:
-            rows.append((_rank_label(r), [(ph, float(i), float(i + 1)) for i, ph in enumerate(seq)]))
-    return rows, float(max((len(s) for _, s in rows), default=1)), False
+        names = [str(x) for x in r.get("phases") or []]
+        if names:
+            ordered.append((_rank_label(r), [(ph, float(i), float(i + 1))
+                                             for i, ph in enumerate(names)]))
+    return ordered, float(max((len(s) for _, s in ordered), default=1)), False
 
 
 def _series_end(v: BundleView) -> float:
