@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 from sm120kit.doctor.model import CheckResult, DoctorReport
@@ -55,7 +56,8 @@ BOX = set("┏┃━┡│└┌─╇┼┩")
 
 def _cli(*args: str, columns: str | None = "100") -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("COLUMNS", None)
+    for var in ("COLUMNS", "FORCE_COLOR", "TTY_COMPATIBLE"):  # those ask for a terminal's output
+        env.pop(var, None)
     if columns is not None:
         env["COLUMNS"] = columns
     return subprocess.run([sys.executable, "-m", "sm120kit", *args], capture_output=True,
@@ -84,8 +86,10 @@ def test_piped_doctor_and_targets_are_plain_records_within_columns() -> None:
     assert any(ln.startswith("vllm-0.34.0 ") for ln in t), t[:20]
 
 
-def test_doctor_fix_commands_stay_whole_on_one_line() -> None:
+def test_doctor_fix_commands_stay_whole_on_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     """The uvm_hmm and rlimits fixes (the ones the newcomer walk saw cut over three rows)."""
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+    monkeypatch.delenv("TTY_COMPATIBLE", raising=False)
     from sm120kit.report import console
 
     cmd = "echo 'options nvidia_uvm uvm_disable_hmm=1' > /etc/modprobe.d/nvidia-uvm.conf"
@@ -99,8 +103,9 @@ def test_doctor_fix_commands_stay_whole_on_one_line() -> None:
                     fix=f"docker: `{opts}`; bare metal: /etc/security/limits.conf")])
     for width in (60, 80, 100):
         buf = io.StringIO()
-        con = console()
+        con = console()  # not a terminal here (pytest captures stdout): the plain console
         con.file, con.width = buf, width
+        assert not con.is_terminal
         render_table(rep, con)
         text = buf.getvalue()
         assert not BOX & set(text)
