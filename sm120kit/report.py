@@ -242,11 +242,11 @@ def table_lines(table: Any, width: int) -> list[str]:
     wide = [i for i in range(len(cols)) if i not in narrow]
     out: list[str] = []
     if table.title:
-        out.append(plain_text(table.title))
+        out += wrap_line(plain_text(table.title), width, "  ")
     if table.show_header and any(heads):
-        line = "  ".join(heads[i].ljust(widths[i]) for i in narrow).rstrip()
+        line = "  ".join(heads[i].ljust(widths[i]) for i in narrow)
         more = "  " + " / ".join(heads[i] for i in wide) if wide and narrow else ""
-        out.append(line + more if len(line + more) <= width else line)
+        out.append((line + more).rstrip() if len(line + more) <= width else line.rstrip())
     for r in range(nrows):
         out += _record(cells, heads, widths, narrow, wide, r, width)
     return out
@@ -267,14 +267,16 @@ def _record(cells: list[list[str]], heads: list[str], widths: list[int], narrow:
     out: list[str] = []
     for label, text in texts:
         parts = text.split("\n")
-        if len(texts) > 1:
+        labelled = len(texts) > 1 or not inline  # below the row: say which column it is
+        sub = indent + " " * (len(label) + 2) if labelled and len(label) < 24 else indent
+        if labelled:
             parts[0] = f"{label}: {parts[0]}"
         for k, part in enumerate(parts):
             if inline and k == 0 and not out:
                 lead = "".join(at(i).ljust(widths[i] + 2) for i in narrow)
                 out += wrap_line(lead + part, width, indent, keep=len(lead))
             else:
-                out += wrap_line(indent + part, width, indent)
+                out += wrap_line((indent if k == 0 else sub) + part, width, sub)
     if not inline:
         out.insert(0, head) if head else None
     return out
