@@ -31,8 +31,11 @@ FAKE = ROOT / "tests" / "collect" / "fake_vllm_serve.py"
 
 def _self_contained(page: str) -> None:
     assert "<script" not in page.lower()
-    # nothing fetched: no src/href/url() to anywhere (the xmlns of inline SVG is a name, not a load)
-    assert not re.findall(r"""(?:src|href)\s*=|url\(|@import""", page), "external resource"
+    # nothing fetched: no tag with src/href, no url() or @import in the CSS (the xmlns of inline
+    # SVG is a name, not a load; escaped text from the bundle holds no tag)
+    tags = re.findall(r"<[a-zA-Z][^>]*>", page)
+    assert not [t for t in tags if re.search(r"\s(?:src|href)\s*=", t)], "external resource"
+    assert not re.findall(r"url\(|@import", page)
 
 
 def test_report_of_a_real_h200_stall_bundle(tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -116,6 +119,7 @@ def test_collect_writes_the_page_and_chromium_draws_it(tmp_path: Path) -> None:
     text = page.read_text()
     _self_contained(text)
     assert '<svg id="timeline"' in text and 'data-channel="compile_cpu_s"' in text
+    assert 'data-channel="output"' in text  # the shm_broadcast lines it printed while compiling
 
     png = tmp_path / "shot.png"
     dom, log = _chromium(page, png)
@@ -136,3 +140,49 @@ def test_collect_writes_the_page_and_chromium_draws_it(tmp_path: Path) -> None:
     assert p2.returncode == 1, p2.stderr[-3000:]
     names = sorted(x.name for x in kept.iterdir())
     assert len(names) == 3 and any((kept / n).is_dir() for n in names), names
+
+
+def _bundle_dir(root: Path, reason: str, line: str) -> Path:
+    b = root / "sm120kit-bundle-x-20260101T000000Z"
+    (b / "stacks").mkdir(parents=True)
+    (b / "manifest.json").write_text(json.dumps({"collectors": [
+        {"name": "stacks", "status": "ok", "seconds": 0.1, "error": None}]}))
+    (b / "timeline.json").write_text(json.dumps({
+        "mode": "launch", "reason": reason, "stall_kind": "silence",
+        "phases": [{"phase": "weight-load", "t": 1.0, "stream": "Worker_TP0"},
+                   {"phase": "weight-load", "t": 1.2, "stream": "Worker_TP1"},
+                   {"phase": "cuda-graph-capture", "t": 30.0, "stream": "Worker_TP0"}]}))
+    (b / "progress.json").write_text(json.dumps({"series": [
+        {"t": float(t), "output": t % 5 == 0, "cpu_s": t * 0.8, "compile_cpu_s": 0.0,
+         "io_read_bytes": t * 50_000_000, "gpu_used_bytes": None, "compilers": 0}
+        for t in range(0, 40)]}))
+    (b / "logs").mkdir()
+    (b / "logs" / "child.log").write_text(line + "\n")
+    return b
+
+
+def test_page_escapes_what_the_bundle_says(tmp_path: Path) -> None:
+    """Text from the bundle (a reason, a log line) is shown as text, never as markup: a log line
+    holding ``<script>`` cannot run on the page."""
+    from sm120kit.evidence.bundle_reader import BundleReader
+    from sm120kit.services.htmlreport import read_view, render_html
+
+    evil = '<script>alert(1)</script><img src=x onerror=alert(2)>'
+    b = _bundle_dir(tmp_path, f"no output for 5s {evil}", f"(Worker_TP0 pid=1) ERROR {evil}")
+    diagnosis = {"verdict": f"stall {evil}", "ranks": [], "findings": [
+        {"category": "unknown", "confidence": 0.5, "summary": evil, "ranks": [1],
+         "evidence": [{"source": "logs/child.log", "line": 1, "text": evil}], "fix": evil}]}
+    with BundleReader(b) as r:
+        page = render_html(read_view(r, b.name, diagnosis))
+    _self_contained(page)
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    # one row per stream, the later phase of TP0 drawn from its own start, both stopped
+    timeline = page[page.index('<svg id="timeline"'):]
+    timeline = timeline[:timeline.index("</svg>")]
+    assert re.findall(r'text-anchor="end">(Worker_TP\d)</text>', timeline) == ["Worker_TP0",
+                                                                               "Worker_TP1"]
+    assert timeline.count("stopped in") == 2 and "stopped in cuda-graph-capture" in timeline
+    # the series: CPU as a rate (0.8 cores), IO as MB/s (50), output as ticks; no GPU samples
+    assert 'data-channel="cpu_s"' in page and "max 0.8 cores" in page
+    assert "max 50 MB/s" in page and 'data-channel="output"' in page
+    assert 'data-channel="gpu_used_bytes"' not in page
