@@ -128,7 +128,7 @@ def prefetch(say: Callable[[str], None], workers: int = 3, every: float = 5.0) -
     if not todo:
         return
     say(f"prefetch: fetching {len(todo)} release wheel(s) into {cache_dir()} "
-        "(about 0.3-0.5 GB each for vLLM): " + ", ".join(f"{p} {v}" for p, v in todo))
+        "(about 0.2-0.5 GB each for vLLM): " + ", ".join(f"{p} {v}" for p, v in todo))
     with ThreadPoolExecutor(max_workers=workers) as pool:
         more: list[tuple[str, str]] = []
         for pins in pool.map(lambda x: _fetch_one(say, x[1], f"{x[0] + 1}/{len(todo)}", every),
