@@ -1,8 +1,15 @@
 """Shared fixtures and markers.
 
 * ``home``: every test runs with HOME pointing at a tmp dir (git config, caches never touch ~).
-* ``SM120KIT_CACHE``: one cache per test session (release wheels, trees), reused between tests.
-  Set ``SM120KIT_TEST_CACHE`` to reuse a cache across runs (CI does, to avoid downloads twice).
+* ``SM120KIT_CACHE``: the tool's own cache (``sm120kit.paths.cache_dir``: ``$SM120KIT_CACHE``, else
+  ``$XDG_CACHE_HOME/sm120kit``, else ``~/.cache/sm120kit``), so the tool and the tests download
+  each release wheel once. ``SM120KIT_TEST_CACHE`` overrides it for the tests (CI puts it in its
+  clone). Read once, before ``home`` points HOME at a tmp dir.
+* temporary files: the session runs with ``TMPDIR`` (and :mod:`tempfile`) pointed at one
+  directory of its own, removed when the session ends, so nothing the tests or the tool under
+  test make is left in ``/tmp`` (pytest's ``tmp_path`` dirs live there too and are removed after
+  each test: ``tmp_path_retention_policy = "none"``; Ray's session dirs too: Ray honours
+  ``TMPDIR``). ``RAY_ADDRESS`` is unset: a Ray cluster already running on the box is never used.
 * markers ``gpu``, ``sm120`` (skip with a reason where the hardware is missing), ``network``
   (needs release wheels from PyPI on a cold cache: set here for every test that uses a release
   fixture, by hand for tests that build releases themselves) and ``slow`` (> 30 s).
@@ -16,6 +23,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 import threading
 from pathlib import Path
 
@@ -26,14 +34,30 @@ settings.register_profile("deterministic", derandomize=True, database=None)
 settings.register_profile("explore", derandomize=False)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "deterministic"))
 
-_SESSION_CACHE = os.environ.get("SM120KIT_TEST_CACHE") or os.path.expanduser(
-    "~/.cache/sm120kit-test"
-)
+def _tool_cache() -> str:
+    from sm120kit.paths import cache_dir
+
+    return str(cache_dir())
+
+
+_SESSION_CACHE = os.environ.get("SM120KIT_TEST_CACHE") or _tool_cache()
+_SESSION_TMP: str | None = None
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    global _SESSION_TMP
     Path(_SESSION_CACHE).mkdir(parents=True, exist_ok=True)
     os.environ["SM120KIT_CACHE"] = _SESSION_CACHE
+    # a short path: Ray's Unix sockets live below it (107-byte limit)
+    _SESSION_TMP = tempfile.mkdtemp(prefix="sm120kit-tests-")
+    os.environ["TMPDIR"] = _SESSION_TMP
+    tempfile.tempdir = _SESSION_TMP
+    os.environ.pop("RAY_ADDRESS", None)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _SESSION_TMP:
+        shutil.rmtree(_SESSION_TMP, ignore_errors=True)
 
 
 def _has_cuda() -> str | None:
@@ -123,6 +147,7 @@ def home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("HOME", str(h))
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
     monkeypatch.setenv("SM120KIT_CACHE", _SESSION_CACHE)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
     for var in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):
         monkeypatch.delenv(var, raising=False)
     return h

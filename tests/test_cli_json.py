@@ -41,6 +41,8 @@ CASES: list[tuple[list[str], str]] = [
     (["collect", "--json", "--attach", "999999"], "999999"),
     (["diagnose", "--json", MISSING], MISSING),
     (["diagnose", "--json"], "nothing to diagnose"),
+    (["report", "--json", MISSING], MISSING),
+    (["report", "--json"], "Missing"),
     (["validate", "--url", "http://127.0.0.1:9", "--json"], "127.0.0.1:9"),
     (["validate", "--json", "--bogus"], ""),
     (["--json", "warmup"], "needs a subcommand"),

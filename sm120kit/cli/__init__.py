@@ -31,7 +31,14 @@ __all__ = ["COMMANDS", "cli", "main", "run"]
               help="Show tracebacks for errors (accepted anywhere before `--`).")
 @click.pass_context
 def cli(ctx: click.Context, debug: bool) -> None:
-    """DCP for vLLM's FlashInfer sparse-MLA SM120 backend: patch, check, warm up, diagnose."""
+    """DCP for vLLM's FlashInfer sparse-MLA SM120 backend: patch, check, warm up, diagnose.
+
+    Every command takes --json (machine-readable output: one JSON object on stdout for every
+    outcome, errors included) and --debug (tracebacks), anywhere before `--`. On a terminal
+    results are tables; piped, plain lines of $COLUMNS (default 100) columns with commands
+    whole. Exit codes: 0 ok, 1 warnings or findings, 2 failure or unusable input, 130
+    interrupted.
+    """
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug or bool(ctx.obj.get("debug"))
 

@@ -20,9 +20,11 @@ from sm120kit.services.snapshot import Options
 from sm120kit.services.supervision import LaunchOptions, launch
 
 
-def _render_launch(res: Any, as_json: bool) -> None:
+def _render_launch(res: Any, as_json: bool, report: Path | None = None) -> None:
     if as_json:
-        dump_json("collect", {"status": res.outcome, **res.to_dict()}, exit_code=res.exit_code)
+        dump_json("collect", {"status": res.outcome, **res.to_dict(),
+                              "report": str(report) if report else None},
+                  exit_code=res.exit_code)
         return
     con = console(stderr=True)
     if res.timeline:
@@ -36,18 +38,54 @@ def _render_launch(res: Any, as_json: bool) -> None:
         con.print(t)
     style = {"ready": "green", "exited": "green", "stalled": "bold red", "crashed": "bold red",
              "interrupted": "yellow"}.get(res.outcome, "")
-    con.print(f"[{style}]{res.outcome}[/{style}]: {res.reason} (after {res.seconds:.1f}s)")
-    for v in res.verdict:
+    con.print(f"[{style}]{res.outcome}[/{style}] after {res.seconds:.1f}s: {res.reason}")
+    for v in verdict_lines(res.verdict, res.reason):
         con.print(f"  - {v}")
     if res.bundle:
         extra = f" (detection → bundle {res.detect_to_bundle_s:.1f}s)" if res.detect_to_bundle_s else ""
         con.print(f"bundle: {res.bundle}{extra}")
+    if report:
+        con.print(f"report: {report}")
 
 
-def _render_attach(tb: Path, res: Any, procs: list[Any], as_json: bool) -> None:
+def verdict_lines(verdict: list[str], reason: str | None) -> list[str]:
+    """The bundle's verdict under the outcome line, which already says the stall reason: the
+    ``Reason:`` line is left out and a verdict that quotes the reason points up to it instead
+    (summary.md and ``--json`` keep every line whole)."""
+    out = []
+    for v in verdict:
+        if reason and v == f"Reason: {reason}":
+            continue
+        out.append(v.replace(f": {reason}", " (the reason above)") if reason else v)
+    return out
+
+
+def finish_bundle(tarball: Path | None, *, keep_dir: bool, judge: bool) -> Path | None:
+    """After a bundle is packed: its report page beside the tarball (diagnose's findings,
+    composed here), then the bundle folder removed unless ``--keep-dir`` (the tarball holds
+    the same files). A page that cannot be written is a note on stderr, never a lost bundle."""
+    if tarball is None or not Path(tarball).is_file():
+        return None
+    from sm120kit.cli.compose import write_report
+
+    tarball = Path(tarball)
+    page: Path | None = None
+    try:
+        page, _ = write_report(tarball, judge=judge)
+    except Exception as exc:  # the bundle is what matters; the page is a view of it
+        click.echo(f"sm120kit collect: no report page: {type(exc).__name__}: {exc}", err=True)
+    folder = tarball.with_name(tarball.name.removesuffix(".tar.gz"))
+    if not keep_dir and folder != tarball and folder.is_dir():
+        shutil.rmtree(folder, ignore_errors=True)
+    return page
+
+
+def _render_attach(tb: Path, res: Any, procs: list[Any], as_json: bool,
+                   report: Path | None = None) -> None:
     if as_json:
         dump_json("collect", {
             "status": "collected", "mode": "attach", "bundle": str(tb),
+            "report": str(report) if report else None,
             "verdict": res.verdict if res else [],
             "processes": [{"pid": p.pid, "label": p.label, "role": p.role} for p in procs],
             "stacks": res.analysis if res else {},
@@ -65,6 +103,8 @@ def _render_attach(tb: Path, res: Any, procs: list[Any], as_json: bool) -> None:
     for v in res.verdict if res else []:
         con.print(f"  - {v}")
     con.print(f"bundle: {tb}")
+    if report:
+        con.print(f"report: {report}")
 
 
 def _ray_options(ray_addr: str, classes: tuple[str, ...], no_local: bool, attach: str | None,
@@ -84,7 +124,8 @@ def _ray_options(ray_addr: str, classes: tuple[str, ...], no_local: bool, attach
 
 
 def _collect_ray(ropts: Any, out_dir: Path, deadline: float, sample_gap: float, stacks: str,
-                 no_doctor: bool, no_redact: bool, host_map: Path | None, *, as_json: bool) -> int:
+                 no_doctor: bool, no_redact: bool, host_map: Path | None, *, as_json: bool,
+                 keep_dir: bool = False) -> int:
     from sm120kit.collect.ray_cluster import collect_ray, instances, not_collected
     from sm120kit.report import console, dump_json
     from sm120kit.services.snapshot import Options
@@ -101,8 +142,10 @@ def _collect_ray(ropts: Any, out_dir: Path, deadline: float, sample_gap: float, 
          "workers": oc.workers} for oc in res.nodes]
     # a bundle with a lost / timed-out / failed node is partial: exit 1, flagged everywhere
     code = ExitCode.FINDINGS if res.partial else ExitCode.OK
+    page = finish_bundle(res.tarball, keep_dir=keep_dir, judge=True)
     if as_json:
         dump_json("collect", {"status": "collected", "mode": "ray", "bundle": str(res.tarball),
+                              "report": str(page) if page else None,
                               "seconds": res.seconds, "partial": res.partial, "nodes": nodes,
                               "instances": instances(res.workers), "verdict": res.verdict},
                   exit_code=code)
@@ -121,6 +164,8 @@ def _collect_ray(ropts: Any, out_dir: Path, deadline: float, sample_gap: float, 
     if res.partial:
         con.print(f"partial: not fully collected: {', '.join(not_collected(res.nodes))}")
     con.print(f"bundle: {res.tarball} ({res.seconds:.1f}s)")
+    if page:
+        con.print(f"report: {page}")
     return code
 
 
@@ -155,6 +200,9 @@ def _collect_ray(ropts: Any, out_dir: Path, deadline: float, sample_gap: float, 
               default=None, help="Replace host names/IPs by stable aliases; MAPFILE keeps the "
               "private original → alias map (never put into the bundle).")
 @click.option("--always-bundle", is_flag=True, help="Write a bundle even for a healthy run.")
+@click.option("--keep-dir", is_flag=True,
+              help="Keep the bundle folder next to its .tar.gz (default: only the tarball and "
+              "its report page, <bundle>.html, are kept).")
 @click.option("--keep-running", is_flag=True,
               help="After a stall bundle, keep supervising instead of stopping the command.")
 @click.option("--stacks", "stacks", type=click.Choice(["auto", "py-spy", "faulthandler", "none"]),
@@ -180,6 +228,7 @@ def collect_cmd(
     no_diag_env: bool, no_doctor: bool, sample_gap: float, patience: tuple[str, ...],
     no_progress: bool, status_every: float, as_json: bool, command: tuple[str, ...],
     ray_addr: str | None = None, ray_classes: tuple[str, ...] = (), no_ray_local: bool = False,
+    keep_dir: bool = False,
 ) -> int:
     """Supervise `-- vllm serve ...` and bundle the evidence of a stall, or `--attach [PID]`.
 
@@ -197,7 +246,7 @@ def collect_cmd(
         ray_opts, command = _ray_options(ray_addr, ray_classes, no_ray_local, attach, command)
         if not command:
             return _collect_ray(ray_opts, out_dir, deadline, sample_gap, stacks, no_doctor,
-                                no_redact, host_map, as_json=as_json)
+                                no_redact, host_map, as_json=as_json, keep_dir=keep_dir)
     if attach is not None:
         pid: int | None = None
         if command and attach == "search" and len(command) == 1 and command[0].isdigit():
@@ -215,7 +264,7 @@ def collect_cmd(
                        doctor=not no_doctor, hooks=bundle_hooks(doctor=not no_doctor))
         tb, res, procs = do_attach(pid, out_dir, deadline_s=deadline, redact=not no_redact,
                                    host_map_file=host_map, options=opts)
-        _render_attach(tb, res, procs, as_json)
+        _render_attach(tb, res, procs, as_json, finish_bundle(tb, keep_dir=keep_dir, judge=True))
         return ExitCode.OK
     argv = list(command)
     if argv and argv[0] == "--":
@@ -240,5 +289,5 @@ def collect_cmd(
         ray_opts.discover_local = False  # the supervisor snapshots its own tree
         lo.remote = remote_gather(ray_opts, redact=not no_redact)
     lres = launch(argv, lo)
-    _render_launch(lres, as_json)
+    _render_launch(lres, as_json, finish_bundle(lres.bundle, keep_dir=keep_dir, judge=True))
     return int(lres.exit_code)

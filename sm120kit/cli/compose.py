@@ -35,8 +35,53 @@ def judge_bundle(root: Path) -> list[str]:
     return lines
 
 
+def report_path(bundle: Path) -> Path:
+    """Where a bundle's report page goes by default: beside it, ``<bundle name>.html``."""
+    name = bundle.name
+    for suffix in (".tar.gz", ".tgz", ".tar"):
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+            break
+    return bundle.with_name(name + ".html")
+
+
+def write_report(bundle: Path, out: Path | None = None, *, judge: bool = True
+                 ) -> tuple[Path, dict[str, Any]]:
+    """Render ``bundle`` as one self-contained HTML page (services.htmlreport) with diagnose's
+    findings (``judge``); write it atomically to ``out`` (default :func:`report_path`).
+    Returns the page's path and the diagnosis (empty when not judged)."""
+    import os
+
+    from sm120kit.errors import UserError
+    from sm120kit.evidence.bundle_reader import BundleReader
+    from sm120kit.services.htmlreport import read_view, render_html
+
+    if not bundle.exists():
+        raise UserError(f"{bundle}: no such bundle", hint="sm120kit report BUNDLE.tar.gz|DIR")
+    diagnosis: dict[str, Any] = {}
+    if judge:
+        from sm120kit.diagnose.engine import diagnose
+
+        diagnosis = diagnose([bundle]).to_dict()
+    with BundleReader(bundle) as reader:
+        if not reader.is_bundle():
+            raise UserError(f"{bundle}: not a sm120kit collect bundle (no manifest.json, "
+                            "timeline.json or stacks/)", hint="sm120kit report BUNDLE.tar.gz|DIR")
+        page = render_html(read_view(reader, report_path(bundle).stem, diagnosis))
+    dest = out or report_path(bundle)
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.part")
+    try:
+        tmp.write_text(page, encoding="utf-8")
+        os.replace(tmp, dest)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise UserError(f"cannot write {dest}: {exc.strerror or exc}",
+                        hint="choose a writable file with -o") from None
+    return dest, diagnosis
+
+
 def bundle_hooks(*, doctor: bool = True) -> BundleHooks:
     return BundleHooks(doctor_report=doctor_report if doctor else None, judge=judge_bundle)
 
 
-__all__ = ["bundle_hooks", "doctor_report", "judge_bundle"]
+__all__ = ["bundle_hooks", "doctor_report", "judge_bundle", "report_path", "write_report"]

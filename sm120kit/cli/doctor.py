@@ -40,9 +40,13 @@ def doctor_cmd(tier: int, deep: bool, layout: bool, only: tuple[str, ...],
                root: str, launch: tuple[str, ...]) -> int:
     """Judge FlashInfer, SM120 GPUs, the planned launch and the host before a DCP start.
 
-    Pass the launch after `--`:  sm120kit doctor -- vllm serve MODEL -tp 8 -dcp 8 ...
-    or plan from flags alone:    sm120kit doctor --tp 8 --dcp 4 --config config.json
-    or check a running server:   sm120kit doctor --log serve.log --json   (kv_capacity)
+    Pass the launch after `--`, plan from flags alone, or check a running server's log
+    (kv_capacity):
+
+    \b
+    sm120kit doctor -- vllm serve MODEL -tp 8 -dcp 8 ...
+    sm120kit doctor --tp 8 --dcp 4 --config config.json
+    sm120kit doctor --log serve.log --json
 
     Exit code: 0 all ok, 1 warnings, 2 failures.
     """

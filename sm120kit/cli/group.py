@@ -46,6 +46,8 @@ COMMANDS: dict[str, Entry] = {
                      "Supervise `-- vllm serve ...` and bundle the evidence of a failure."),
     "diagnose": Entry("sm120kit.cli.diagnose:diagnose_cmd",
                       "Name the phase, the diverging rank and the likely cause of a failure."),
+    "report": Entry("sm120kit.cli.report:report_cmd",
+                    "Draw a collect bundle as one HTML page (timeline, channels, findings)."),
     "validate": Entry("sm120kit.cli.validate:validate_cmd",
                       "Prove DCP computes what DCP 1 computes (greedy logprobs)."),
 }

@@ -27,11 +27,9 @@ class Result(Protocol):
 
 
 def wide_console() -> Any:
-    """Rich console; piped output gets 160 columns (rich's 80-column fallback cuts paths)."""
-    c = console()
-    if not c.is_terminal:
-        c.width = max(c.width, 160)
-    return c
+    """The result console (:func:`sm120kit.report.console`): rich tables on a terminal, plain
+    records of ``$COLUMNS`` (default 100) columns anywhere else."""
+    return console()
 
 
 def emit(command: str, result: Result, as_json: bool) -> int:

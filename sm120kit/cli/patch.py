@@ -17,7 +17,8 @@ from sm120kit.patchset.targets import infer_alias, is_fork, require_repo, resolv
 
 
 @click.command("apply")
-@options.branch_option("Target alias, e.g. vllm-0.34.0 (see `sm120kit targets`).")
+@options.branch_option("Target alias, e.g. vllm-0.34.0 (see `sm120kit targets`).  "
+                       "[required, except with --installed]")
 @options.repo_option
 @click.option("--base", default=None, metavar="REF", help="Apply on REF instead of the alias' base ref.")
 @click.option("--into", default=None, metavar="BRANCH", help="Result branch (default sm120kit/dcp-ALIAS).")
@@ -25,7 +26,8 @@ from sm120kit.patchset.targets import infer_alias, is_fork, require_repo, resolv
 @click.option("--dry-run", is_flag=True, help="Check that the series applies; create nothing (exit 1 if it would).")
 @click.option(
     "--output", "-o", type=click.Path(path_type=Path), default=None,
-    help="Embedded default only: where the patched tree goes (default ./vllm-X.Y.Z-sm120kit).",
+    help="Outside a git checkout (the release tree built from the PyPI wheel): where the "
+    "patched tree goes (default ./vllm-X.Y.Z-sm120kit).",
 )
 @options.installed_options
 @click.option("--from", "from_alias", default=None, metavar="ALIAS", help="Take the variant from another alias (porting).")
@@ -65,7 +67,8 @@ def apply_cmd(
                              progress=progress())
     else:
         if output is not None:
-            raise UserError("--output is for the embedded default; on a checkout the result is a branch",
+            raise UserError("--output is for the release tree built from the PyPI wheel (no "
+                            "checkout); on a checkout the result is a branch",
                             hint="use --into BRANCH")
         res = apply_to_checkout(
             series, alias, root, base=base, into=into, checkout=checkout, dry_run=dry_run,

@@ -37,7 +37,9 @@ def warmup_group() -> None:
 @options.dcp_option
 @options.block_size_option
 @options.interleave_option
-@click.option("--max-num-seqs", type=int, default=None)
+@click.option("--max-num-seqs", type=int, default=None, metavar="N",
+              help="vLLM's --max-num-seqs (below 2, vLLM skips the mixed prefill+decode "
+              "warmup: the plan notes it).")
 @click.option("--mtp", type=int, default=None, help="Speculative (MTP) tokens per step [0].")
 @click.option("--max-model-len", default=None, help="Clamp: prompt + decode + 1 <= this.")
 @click.option("--max-num-batched-tokens", default=None, help="Clamp: prompt <= this.")
@@ -100,10 +102,14 @@ def _under_torchrun() -> bool:
               show_default=True,
               help="Warmup prompt: fixed = the patched series' N*B tokens (every rank holds KV), "
               "unpatched = vLLM's 2-token prompt (ranks without local KV).")
-@click.option("--heads-per-rank", type=int, default=8, show_default=True)
-@click.option("--topk", type=int, default=2048, show_default=True)
-@click.option("--kv-lora-rank", type=int, default=512, show_default=True)
-@click.option("--rope-dim", type=int, default=64, show_default=True)
+@click.option("--heads-per-rank", type=int, default=8, show_default=True,
+              help="Query heads each rank attends with (the model's heads / TP).")
+@click.option("--topk", type=int, default=2048, show_default=True,
+              help="Sparse top-k: KV tokens each query attends to (GLM-5, DeepSeek-V3.2: 2048).")
+@click.option("--kv-lora-rank", type=int, default=512, show_default=True,
+              help="MLA latent KV width (the model config's kv_lora_rank).")
+@click.option("--rope-dim", type=int, default=64, show_default=True,
+              help="Rotary part of each head (the model config's qk_rope_head_dim).")
 @options.interleave_option
 @options.block_size_option
 @click.option("--batch", type=int, default=1, show_default=True, help="Decode requests.")
@@ -113,7 +119,9 @@ def _under_torchrun() -> bool:
               help="Clamp the plan: prompt + decode + 1 <= N (accepts 128k, 1M).")
 @click.option("--max-num-batched-tokens", default=None, metavar="N",
               help="Clamp the plan: prompt <= N (accepts 16k).")
-@click.option("--lse-base", type=click.Choice(["2", "e"]), default="2", show_default=True)
+@click.option("--lse-base", type=click.Choice(["2", "e"]), default="2", show_default=True,
+              help="Base of the log-sum-exp the ranks return and the merge reads (FlashInfer's "
+              "sparse kernel: 2; e reproduces a wrong-base merge).")
 @click.option("--merge", type=click.Choice(["ag_rs", "a2a", "both"]), default="both",
               show_default=True,
               help="How partial outputs are merged across ranks: all-gather + reduce-scatter, "
@@ -127,11 +135,18 @@ def _under_torchrun() -> bool:
 )
 @click.option("--threshold", type=float, default=None, help="Max abs error to pass.")
 @options.stall_timeout_option
-@click.option("--inject-stall", default=None, metavar="RANK[:PHASE]")
-@click.option("--bundle-dir", type=click.Path(file_okay=False), default=None)
-@click.option("--bundle-deadline", type=float, default=30.0, show_default=True)
-@click.option("--autotune-cache", type=click.Path(dir_okay=False), default=None)
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--inject-stall", default=None, metavar="RANK[:PHASE]",
+              help="Stop rank RANK before PHASE (default: the merge) to try stall detection "
+              "and the stall bundle.")
+@click.option("--bundle-dir", type=click.Path(file_okay=False), default=None,
+              help="On a stall, write a collect bundle of the ranks here (default: none).")
+@click.option("--bundle-deadline", type=float, default=30.0, show_default=True,
+              help="Upper bound in seconds for writing that bundle.")
+@click.option("--autotune-cache", type=click.Path(dir_okay=False), default=None,
+              help="With --backend flashinfer: FlashInfer autotune results written to FILE "
+              "(rank 0 only, as vLLM's DCP warmup does).")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Seed of the synthetic KV, queries and top-k indices.")
 @options.json_option
 @click.argument("serve_args", nargs=-1, type=click.UNPROCESSED)
 def run_cmd(

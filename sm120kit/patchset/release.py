@@ -59,8 +59,12 @@ def fetch_wheel(
     *,
     progress: Callable[[str], None] | None = None,
     quiet: bool = True,
+    ticker: Callable[[int], None] | None = None,
 ) -> Path:
-    """Download ``project==version`` (no deps, any platform wheel) into the cache; return the path."""
+    """Download ``project==version`` (no deps, any platform wheel) into the cache; return the path.
+
+    ``ticker``: called every few seconds while pip downloads, with the bytes it has so far (pip
+    writes the file under its own temporary directory, which is pointed into ours)."""
     if not (_NAME_RE.match(project) and _NAME_RE.match(version)):
         raise UserError(f"invalid package spec {project}=={version}")
     hit = find_cached_wheel(project, version)
@@ -82,13 +86,8 @@ def fetch_wheel(
         if progress:
             progress(f"downloading {project}=={version} from PyPI")
         try:
-            proc = subprocess.run(
-                cmd,
-                stdout=None if (progress and not quiet) else subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                timeout=1800,
-            )
+            proc = _pip_download(cmd, tmp, show=bool(progress and not quiet), ticker=ticker,
+                                 every=PIP_POLL_S)
         except subprocess.TimeoutExpired as exc:
             shutil.rmtree(tmp, ignore_errors=True)
             raise UserError(f"pip download {project}=={version} timed out") from exc
@@ -105,6 +104,50 @@ def fetch_wheel(
         os.replace(got[0], dest)
         shutil.rmtree(tmp, ignore_errors=True)
         return dest
+
+
+#: seconds between two looks at a running ``pip download`` (for ``fetch_wheel``'s ticker)
+PIP_POLL_S = 1.0
+
+
+def _pip_download(cmd: list[str], tmp: Path, *, show: bool,
+                  ticker: Callable[[int], None] | None, timeout: float = 1800.0,
+                  every: float = 3.0) -> subprocess.CompletedProcess[str]:
+    """Run ``pip download`` (bounded by ``timeout``); with ``ticker``, its temporary files live
+    under ``tmp/pip-tmp`` and their size is reported every ``every`` seconds."""
+    if ticker is None:
+        return subprocess.run(cmd, stdout=None if show else subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, timeout=timeout)
+    import time
+
+    work = tmp / "pip-tmp"
+    work.mkdir(exist_ok=True)
+    env = {**os.environ, "TMPDIR": str(work)}
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env=env) as proc:
+        end = time.monotonic() + timeout
+        while True:
+            try:
+                out, err = proc.communicate(timeout=every)
+                break
+            except subprocess.TimeoutExpired:
+                if time.monotonic() > end:
+                    proc.kill()
+                    proc.communicate()
+                    raise
+                ticker(_tree_bytes(tmp))
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def _tree_bytes(root: Path) -> int:
+    total = 0
+    for dirpath, _dirs, files in os.walk(root):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(dirpath, f)).st_size
+            except OSError:
+                continue
+    return total
 
 
 def unpack_python_files(wheel: Path, dest: Path, *, include_dist_info: bool = True) -> Path:

@@ -116,6 +116,9 @@ def _dir_stat(root: Path) -> tuple[int, int]:
     return files, size
 
 
+#: points of the progress series kept for the bundle (older ones are thinned)
+SERIES_MAX = 400
+
 @dataclass
 class _P:
     kind: str  # compiler name, "python" or "other"
@@ -158,15 +161,21 @@ class ProgressSampler:
         self.history: list[dict[str, Any]] = []
         self.cpu_total = 0.0  # CPU seconds of non-compiler processes (cumulative)
         self.cpu_series: list[tuple[float, float]] = []
+        #: the channels' values over the whole run, for the bundle's report page: one point a
+        #: sample, halved in resolution whenever it passes SERIES_MAX points
+        self.series: list[dict[str, Any]] = []
 
     # --- one sample ------------------------------------------------------------------------
-    def sample(self) -> Tick:
+    def sample(self, output: bool = False) -> Tick:
+        """One sample; ``output``: the command printed since the last one (the supervisor
+        knows; it is kept in the history and the series only)."""
         t_start = time.perf_counter()
         now = self.clock()
         moved: set[str] = set()
         live = self._scan(now, moved)
         self._caches(now, moved)
         self._gpu(moved)
+        self._point(now, output)
         self.cpu_series.append((now, self.cpu_total))
         del self.cpu_series[:-120]
         for ch in moved:
@@ -174,10 +183,22 @@ class ProgressSampler:
         self.samples += 1
         self.sample_s += time.perf_counter() - t_start
         tick = Tick(now, moved, live)
-        if moved - {"cpu"}:
-            self.history.append({"t": round(now - self.t0, 2), "moved": sorted(moved)})
+        if moved - {"cpu"} or output:
+            self.history.append({"t": round(now - self.t0, 2),
+                                 "moved": sorted(moved | ({"output"} if output else set()))})
             del self.history[:-200]
         return tick
+
+    def _point(self, now: float, output: bool) -> None:
+        self.series.append({
+            "t": round(now - self.t0, 2), "output": output, "cpu_s": round(self.cpu_total, 2),
+            "compile_cpu_s": round(self.compile_cpu + self.reaped_cpu, 2),
+            "io_read_bytes": self.io_total, "gpu_used_bytes": self.gpu_used,
+            "jit_cache_files": self.cache_added[0],
+            "compilers": sum(self.compilers_running().values())})
+        if len(self.series) > SERIES_MAX:
+            first = self.series[0]
+            self.series = [first, *self.series[2::2]]
 
     def _scan(self, now: float, moved: set[str]) -> int | None:
         """One pass over the tree; returns the pid of the busiest Python process (or None)."""
@@ -355,7 +376,8 @@ class ProgressSampler:
             "gpu_used_bytes": self.gpu_used,
             "samples": self.samples,
             "sampling_s": round(self.sample_s, 3),
-            "history": self.history[-50:],
+            "history": self.history[-200:],
+            "series": self.series,
         }
 
 

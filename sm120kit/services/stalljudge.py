@@ -77,6 +77,7 @@ class StallJudge:
         self.last_activity: str | None = None
         self._act: str | None = None
         self._act_since = watchdog.started
+        self._tick_t = watchdog.started
 
     # --- how much quiet ----------------------------------------------------------------------
     def activity(self) -> str | None:
@@ -126,7 +127,9 @@ class StallJudge:
         only CPU moves, py-spy frames decide); a status line when the activity changes or the
         output stays quiet."""
         assert self.sampler is not None
-        tick = self.sampler.sample()
+        printed = self.watchdog.last(["output"]) > self._tick_t
+        self._tick_t = mono
+        tick = self.sampler.sample(output=printed)
         for ch in tick.moved & PROGRESS:
             self.watchdog.touch(ch, mono)
         if not tick.moved & PROGRESS and "cpu" in tick.moved and tick.busy_python is not None:

@@ -279,7 +279,10 @@ class LaunchSupervisor:
     def _after_stall(self, st: Stop) -> tuple[Path, Result | None]:
         o = self.opts
         live = self.child.poll() is None
-        self.on_event(f"{st.reason}; collecting evidence (deadline {o.deadline_s:.0f}s)")
+        # the reason is said once, in the summary that follows the bundle (with --keep-running
+        # that summary comes only when the command ends, so it is said here instead)
+        said = f"{st.reason}; " if o.keep_running else f"{st.outcome}: "
+        self.on_event(f"{said}collecting evidence (deadline {o.deadline_s:.0f}s)")
         bundle_path, res = self._bundle(st.reason or st.outcome, st.kind or st.outcome, live=live)
         self.on_event(f"bundle written: {bundle_path}")
         if o.keep_running and st.outcome == "stalled" and self.child.poll() is None:

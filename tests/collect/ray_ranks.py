@@ -108,12 +108,16 @@ def free_port() -> int:
 @contextmanager
 def cluster(n_nodes: int) -> Iterator[Any]:
     """A head and ``n_nodes - 1`` worker nodes (1 CPU, 80 MiB object store each), this process
-    connected as a driver."""
+    connected as a driver. Every port is a free one: the GCS and the raylets pick their own, the
+    head's dashboard (Ray's default 8265) and dashboard agent (52365) get one here, so a Ray
+    cluster already running on the box is no obstacle (tests/collect/test_ray_ports.py)."""
     import ray
     from ray.cluster_utils import Cluster
 
     c = Cluster(initialize_head=True, connect=False,
                 head_node_args={**NODE_ARGS, "include_dashboard": True,
+                                "dashboard_port": free_port(),
+                                "dashboard_agent_listen_port": free_port(),
                                 "_system_config": FAST_HEALTH})
     try:
         for _ in range(n_nodes - 1):

@@ -34,7 +34,8 @@ def spin_bundle(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, di
     tmp = tmp_path_factory.mktemp("own")
     out = tmp / "out"
     r = run_collect(["-o", str(out), "--stall-timeout", "3", "--deadline", "15", "--no-doctor",
-                     "--json", "--", sys.executable, str(FAKE), "spin"], env=_env(tmp))
+                     "--keep-dir", "--json", "--", sys.executable, str(FAKE), "spin"],
+                    env=_env(tmp))
     res = json.loads(r.stdout)
     assert res["outcome"] == "stalled", res["reason"]
     assert any(st.get("signal") == "SIGINT" for st in res["stop_steps"]), res["stop_steps"]

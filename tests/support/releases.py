@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 
@@ -64,37 +64,105 @@ def _pins(whl: Path) -> list[tuple[str, str]]:
             re.findall(r"^Requires-Dist: flashinfer-python==([^\s;]+)", text, re.M)]
 
 
-def prefetch(say: Callable[[str], None], workers: int = 3) -> None:
-    """Download every wheel of :data:`SUITE_WHEELS` (and the FlashInfer pins) that the cache
-    lacks, ``workers`` at a time, one progress line per file. A wheel that cannot be had (offline,
-    a pin that is not on PyPI) is one line and no error: the tests that need it skip or fail on
-    their own, as they would without the prefetch."""
+#: a wheel PyPI did not have (a pin without a wheel for this platform, offline) is not tried
+#: again, nor counted, for this long
+UNAVAILABLE_TTL_S = 24 * 3600
+
+
+def _unavailable_file() -> Path:
+    return cache_dir() / "wheels" / "prefetch-unavailable.json"
+
+
+def _unavailable() -> dict[str, dict[str, Any]]:
+    import json
     import time
+
+    try:
+        got = json.loads(_unavailable_file().read_text())
+    except (OSError, ValueError):
+        return {}
+    now = time.time()
+    return {k: v for k, v in got.items() if isinstance(v, dict)
+            and now - float(v.get("t") or 0) < UNAVAILABLE_TTL_S}
+
+
+def _remember_unavailable(pv: tuple[str, str], why: str) -> None:
+    import json
+    import os
+    import time
+
+    got = _unavailable()
+    got[f"{pv[0]}=={pv[1]}"] = {"t": time.time(), "why": why}
+    dest = _unavailable_file()
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}")
+    tmp.write_text(json.dumps(got, indent=1))
+    os.replace(tmp, dest)
+
+
+def _todo(wheels: list[tuple[str, str]], skip: dict[str, dict[str, Any]]) -> list[tuple[str, str]]:
+    """The wheels of ``wheels`` (and the FlashInfer pins of the vLLM wheels already cached) that
+    the cache lacks, less those PyPI did not have on the last try."""
+    want = list(dict.fromkeys(wheels))
+    for pv in wheels:
+        hit = release.find_cached_wheel(*pv) if pv[0] == "vllm" else None
+        want += [p for p in (_pins(hit) if hit else []) if p not in want]
+    return [pv for pv in want if release.find_cached_wheel(*pv) is None
+            and f"{pv[0]}=={pv[1]}" not in skip]
+
+
+def prefetch(say: Callable[[str], None], workers: int = 3, every: float = 5.0) -> None:
+    """Download every wheel of :data:`SUITE_WHEELS` (and the FlashInfer pins) that the cache
+    lacks, ``workers`` at a time. The first line counts only what will be fetched (a wheel PyPI
+    did not have within :data:`UNAVAILABLE_TTL_S` is left out, and said so); each file then
+    gets a line every ``every`` seconds while it downloads (megabytes so far) and one when it is
+    done. A wheel that cannot be had is one line and no error: the tests that need it skip or
+    fail on their own, as they would without the prefetch."""
     from concurrent.futures import ThreadPoolExecutor
 
-    todo = [pv for pv in SUITE_WHEELS if release.find_cached_wheel(*pv) is None]
+    skip = _unavailable()
+    todo = _todo(list(SUITE_WHEELS), skip)
+    if skip:
+        say(f"prefetch: not trying {len(skip)} wheel(s) PyPI did not have within a day: "
+            + ", ".join(sorted(skip)))
     if not todo:
         return
-    say(f"prefetch: {len(todo)} release wheel(s) not cached yet "
-        f"(cache {cache_dir()}; about 0.3-0.5 GB each for vLLM)")
-    done: set[tuple[str, str]] = set()
-
-    def one(pv: tuple[str, str]) -> list[tuple[str, str]]:
-        t0 = time.monotonic()
-        try:
-            whl = release.fetch_wheel(*pv)
-        except UserError as exc:
-            say(f"prefetch: {pv[0]} {pv[1]}: not fetched ({exc.message})")
-            return []
-        mb = whl.stat().st_size / 1e6
-        say(f"prefetch: {pv[0]} {pv[1]}: {mb:.0f} MB in {time.monotonic() - t0:.1f} s")
-        return _pins(whl) if pv[0] == "vllm" else []
-
+    say(f"prefetch: fetching {len(todo)} release wheel(s) into {cache_dir()} "
+        "(about 0.2-0.5 GB each for vLLM): " + ", ".join(f"{p} {v}" for p, v in todo))
     with ThreadPoolExecutor(max_workers=workers) as pool:
         more: list[tuple[str, str]] = []
-        for pins in pool.map(one, todo):
+        for pins in pool.map(lambda x: _fetch_one(say, x[1], f"{x[0] + 1}/{len(todo)}", every),
+                             enumerate(todo)):
             more += pins
-        done.update(todo)
-        extra = sorted({p for p in more if p not in done
-                        and release.find_cached_wheel(*p) is None})
-        list(pool.map(one, extra))
+        extra = sorted({p for p in more if p not in todo and release.find_cached_wheel(*p) is None
+                        and f"{p[0]}=={p[1]}" not in skip})
+        if extra:
+            say(f"prefetch: fetching {len(extra)} more: the FlashInfer pins of those vLLM wheels")
+            list(pool.map(lambda x: _fetch_one(say, x[1], f"+{x[0] + 1}/{len(extra)}", every),
+                          enumerate(extra)))
+
+
+def _fetch_one(say: Callable[[str], None], pv: tuple[str, str], tag: str,
+               every: float) -> list[tuple[str, str]]:
+    import time
+
+    t0 = time.monotonic()
+    last = [t0]
+
+    def tick(nbytes: int) -> None:
+        now = time.monotonic()
+        if now - last[0] >= every:
+            last[0] = now
+            say(f"prefetch [{tag}] {pv[0]} {pv[1]}: {nbytes / 1e6:.0f} MB so far "
+                f"({now - t0:.0f} s)")
+
+    try:
+        whl = release.fetch_wheel(*pv, ticker=tick)
+    except UserError as exc:
+        _remember_unavailable(pv, exc.message)
+        say(f"prefetch [{tag}] {pv[0]} {pv[1]}: not fetched ({exc.message}); not tried again "
+            "for a day")
+        return []
+    say(f"prefetch [{tag}] {pv[0]} {pv[1]}: {whl.stat().st_size / 1e6:.0f} MB in "
+        f"{time.monotonic() - t0:.1f} s")
+    return _pins(whl) if pv[0] == "vllm" else []

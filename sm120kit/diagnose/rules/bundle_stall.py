@@ -99,13 +99,14 @@ def check(ctx: RuleContext) -> list[Finding]:
         f"the bundle was written because the run stalled: {what}", ev, ranks=ranks,
         category=cat, phase=fp, role="position",
         tier="disagreement" if cat != "unknown" else "config",
-        fix=None if ranks else _NO_RANK_FIX)]
+        fix=None if ranks else NO_RANK_FIX)]
 
 
-# no rank stands out: the stall record names none, so the fix says where to look instead
-_NO_RANK_FIX = ("No rank stands out: read each rank's last log lines and stack (stacks/<pid>.json, "
-                "the --native samples for CUDA waits) side by side. If no stack was taken, install "
-                "py-spy (and allow ptrace) so the next bundle has one.")
+#: the fix when no rank is named (one process, or a stall the ranks do not tell apart)
+NO_RANK_FIX = ("No rank stands out: read the last lines of the log (logs/child.log, logs/by-source/) "
+               "and each rank's stack (stacks/<pid>.txt, the --native samples for CUDA waits) side "
+               "by side. If no stack was taken, install py-spy (and allow ptrace) so the next bundle "
+               "has one.")
 
 
 def _exited(reason: str, tl: dict[str, Any]) -> Finding:

@@ -54,8 +54,8 @@ def rlimits(ctx: DoctorContext) -> Outcome:
     if nofile["hard"] != -1 and nofile["hard"] < 65536:
         probs.append(f"nofile hard {nofile['hard']} (< 65536; vLLM raises the soft limit up to it)")
     if probs:
-        return warn("; ".join(probs), "docker: --ulimit memlock=-1 --ulimit stack=67108864 "
-                    "--ulimit nofile=1048576; bare metal: /etc/security/limits.conf", **lim)
+        return warn("; ".join(probs), "docker: `--ulimit memlock=-1 --ulimit stack=67108864 "
+                    "--ulimit nofile=1048576`; bare metal: /etc/security/limits.conf", **lim)
     return ok(f"memlock {'unlimited' if mem == -1 else _gib(mem)}, stack "
               f"{'unlimited' if stack == -1 else _gib(stack)}, nofile {nofile['soft']}/"
               f"{nofile['hard']}", **lim)
@@ -123,8 +123,8 @@ def uvm_hmm(ctx: DoctorContext) -> Outcome:
     if u["uvm_disable_hmm"] is None and u["modprobe"]:
         return ok("uvm_disable_hmm set in modprobe.d (not readable from sysfs)", **u)
     return warn("nvidia_uvm HMM is enabled (uvm_disable_hmm not set): reported NCCL P2P "
-                "lockups", "echo 'options nvidia_uvm uvm_disable_hmm=1' > "
-                "/etc/modprobe.d/nvidia-uvm.conf, then reload nvidia_uvm or reboot", **u)
+                "lockups", "`echo 'options nvidia_uvm uvm_disable_hmm=1' > "
+                "/etc/modprobe.d/nvidia-uvm.conf`, then reload nvidia_uvm or reboot", **u)
 
 
 @check("host.zfs_root", tier=0, title="Root filesystem is not ZFS")
