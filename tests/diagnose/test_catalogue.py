@@ -247,3 +247,44 @@ def test_an_announced_long_step_at_the_end_is_progressing(tmp_path: Path) -> Non
                    "RuntimeError: Ninja build failed\n")
     assert diagnose([bad]).exit_code == 1
     assert not C.announces_long_step("RuntimeError: this may take several minutes to fail")
+
+
+def test_every_shipped_signal_names_where_its_message_comes_from() -> None:
+    """The named line facts (signals.toml, folded from evidence/logs/signals.py) are catalogue
+    data: each has sources and compiled rows, and the analysis counts them through the scanner."""
+    cat = C.load(environ={})
+    assert len(cat.signals) >= 60
+    for s in cat.signals.values():
+        assert s.sources and s.rows, s.id
+    line = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
+    assert [sid for sid, _m in cat.scan_line(line)] == ["cuda-oom", "cat:cuda-oom"]
+    # the stall classifier's finer ids come from evidence/phases.py, written once
+    assert "heartbeat" in cat.table.ids
+
+
+BAD_SIGNALS = [
+    ('[[signal]]\nid = "x-y"\nmatch = [["a", "(a"]]\nsources = ["s"]\n', "'match'"),
+    ('[[signal]]\nid = "x-y"\nmatch = [["a"]]\nsources = ["s"]\n', "'match'"),
+    ('[[signal]]\nid = "x-y"\nmatch = [["a", "a"]]\n', "'sources'"),
+    ('[[signal]]\nid = "X y"\nmatch = [["a", "a"]]\nsources = ["s"]\n', "'id'"),
+    ('[[signal]]\nid = "x-y"\nmatch = [["a", "a"]]\nsources = ["s"]\ncolour = 1\n', "'colour'"),
+    ('[[signals]]\nid = "x-y"\n', "'signals'"),
+]
+
+
+@pytest.mark.parametrize(("text", "key"), BAD_SIGNALS)
+def test_malformed_signal_is_one_line_naming_file_and_key(tmp_path: Path, text: str, key: str) -> None:
+    bad = tmp_path / "mine.toml"
+    bad.write_text(text)
+    with pytest.raises(C.CatalogueError) as exc:
+        C.load([bad], environ={})
+    assert str(bad) in str(exc.value) and key in str(exc.value), str(exc.value)
+
+
+def test_a_user_signal_extends_the_shipped_ones(tmp_path: Path) -> None:
+    mine = tmp_path / "mine.toml"
+    mine.write_text('[[signal]]\nid = "my-fabric"\nabout = "our fabric"\n'
+                    'match = [["fabric", "fabric manager (?P<v>\\\\w+)"]]\nsources = ["our runbook"]\n')
+    cat = C.load([mine], environ={})
+    hits = dict(cat.scan_line("nv fabric manager down"))
+    assert hits["my-fabric"].group("v") == "down"

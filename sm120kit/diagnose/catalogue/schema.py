@@ -8,8 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sm120kit.diagnose.catalogue.errors import CatalogueError
+from sm120kit.diagnose.catalogue.signal import Signal, parse_signal
 from sm120kit.diagnose.categories import CATEGORIES, FIELD_PHASES
-from sm120kit.errors import UserError
 
 ROLES = ("cause", "position", "effect")
 GATES = ("", "stall")
@@ -17,13 +18,6 @@ _ID = re.compile(r"^[a-z0-9][a-z0-9-]{1,63}$")
 _STR_LISTS = ("patterns", "symptoms", "excludes", "sources", "examples")
 _KEYS = {"id", "category", "summary", "confidence", "priority", "phase", "fix", "since", "until",
          "requires", "role", *_STR_LISTS}
-
-
-class CatalogueError(UserError):
-    """A catalogue file or entry that cannot be used (exit 2)."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, hint="see docs/diagnose.md#the-catalogue for the entry keys")
 
 
 @dataclass
@@ -117,25 +111,50 @@ def parse_entry(where: str, raw: Any, file: str) -> Entry:
     return e
 
 
-def parse_file(path: Path) -> list[Entry]:
+def read_file(path: Path) -> tuple[list[Entry], list[Signal]]:
+    """The ``[[entry]]`` and ``[[signal]]`` tables of one catalogue file."""
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
         raise CatalogueError(f"{path}: cannot read ({exc})") from None
     except tomllib.TOMLDecodeError as exc:
         raise CatalogueError(f"{path}: not valid TOML ({exc})") from None
-    extra = sorted(set(data) - {"entry"})
+    extra = sorted(set(data) - {"entry", "signal"})
     if extra:
-        raise CatalogueError(f"{path}: key '{extra[0]}': only [[entry]] tables are allowed")
-    raw = data.get("entry", [])
+        raise CatalogueError(f"{path}: key '{extra[0]}': only [[entry]] and [[signal]] tables "
+                             "are allowed")
+    return _entries(path, data.get("entry", [])), _signals(path, data.get("signal", []))
+
+
+def _tables(path: Path, key: str, raw: Any) -> list[tuple[str, Any]]:
     if not isinstance(raw, list):
-        raise CatalogueError(f"{path}: key 'entry': use [[entry]] tables")
-    out, seen = [], set()
-    for i, r in enumerate(raw):
-        where = f"{path}: entry {i + 1}" + (f" ({r.get('id')})" if isinstance(r, dict) else "")
+        raise CatalogueError(f"{path}: key '{key}': use [[{key}]] tables")
+    return [(f"{path}: {key} {i + 1}" + (f" ({r.get('id')})" if isinstance(r, dict) else ""), r)
+            for i, r in enumerate(raw)]
+
+
+def _entries(path: Path, raw: Any) -> list[Entry]:
+    out: list[Entry] = []
+    seen: set[str] = set()
+    for where, r in _tables(path, "entry", raw):
         e = parse_entry(where, r, str(path))
         if e.id in seen:
             raise CatalogueError(f"{where}: key 'id': {e.id!r} appears twice in this file")
         seen.add(e.id)
         out.append(e)
     return out
+
+
+def _signals(path: Path, raw: Any) -> list[Signal]:
+    out: list[Signal] = []
+    for where, r in _tables(path, "signal", raw):
+        s = parse_signal(where, r, str(path))
+        if any(x.id == s.id for x in out):
+            raise CatalogueError(f"{where}: key 'id': {s.id!r} appears twice in this file")
+        out.append(s)
+    return out
+
+
+def parse_file(path: Path) -> list[Entry]:
+    """The ``[[entry]]`` tables of one catalogue file."""
+    return read_file(path)[0]

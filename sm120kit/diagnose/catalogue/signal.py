@@ -1,0 +1,99 @@
+"""A named signal of the catalogue: a line fact (``[[signal]]`` in ``*.toml``) that names no cause.
+
+Rules and the entries' conditions (``with``, ``without``) read signals by id: "a GeForce board",
+"CUDA graphs are being captured", "an NCCL version". Each ``match`` row is ``[needle, regex]``:
+the regex is tried only on a line that holds the needle, so a line costs one ``in`` test per row;
+the first row of a signal that matches gives the hit (and its value, the first named group).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from sm120kit.diagnose.catalogue.errors import CatalogueError
+
+_ID = re.compile(r"^[a-z0-9][a-z0-9-]{1,63}$")
+_KEYS = {"id", "about", "match", "sources", "examples"}
+
+
+@dataclass
+class Signal:
+    id: str
+    about: str
+    match: list[tuple[str, str]]
+    sources: list[str]
+    examples: list[str] = field(default_factory=list)
+    file: str = ""
+    rows: list[tuple[str, re.Pattern[str]]] = field(default_factory=list, repr=False)
+
+
+def _err(where: str, key: str, what: str) -> CatalogueError:
+    return CatalogueError(f"{where}: key '{key}': {what}")
+
+
+def _rows(where: str, raw: Any) -> list[tuple[str, str]]:
+    if not isinstance(raw, list) or not raw:
+        raise _err(where, "match", "a list of [needle, regex] pairs")
+    out = []
+    for r in raw:
+        if not (isinstance(r, list) and len(r) == 2 and all(isinstance(x, str) and x for x in r)):
+            raise _err(where, "match", "each row is [needle, regex], two non-empty strings")
+        out.append((r[0], r[1]))
+    return out
+
+
+def parse_signal(where: str, raw: Any, file: str) -> Signal:
+    if not isinstance(raw, dict):
+        raise _err(where, "signal", "each [[signal]] is a table")
+    unknown = sorted(set(raw) - _KEYS)
+    if unknown:
+        raise _err(where, unknown[0], "not a signal key")
+    if not isinstance(raw.get("id"), str) or not _ID.match(raw["id"]):
+        raise _err(where, "id", "lower-case words joined by '-'")
+    for k in ("sources", "examples"):
+        v = raw.get(k, [])
+        if not isinstance(v, list) or not all(isinstance(x, str) and x for x in v):
+            raise _err(where, k, "must be a list of non-empty strings")
+    if not raw.get("sources"):
+        raise _err(where, "sources", "at least one: the software that prints it or a thread")
+    s = Signal(raw["id"], str(raw.get("about", "")), _rows(where, raw.get("match")),
+               list(raw["sources"]), list(raw.get("examples", [])), file)
+    for needle, rx in s.match:
+        try:
+            s.rows.append((needle, re.compile(rx)))
+        except re.error as exc:
+            raise _err(where, "match", f"bad regex {rx!r}: {exc}") from None
+    return s
+
+
+class SignalTable:
+    """Every signal's rows in catalogue order: ``hits(line)`` → ``[(id, match)]``."""
+
+    def __init__(self, signals: list[Signal], extra: tuple[tuple[str, str, str], ...] = ()) -> None:
+        rows = [(s.id, n, rx) for s in signals for n, rx in s.rows]
+        rows += [(sid, n, re.compile(rx)) for sid, n, rx in extra]
+        self.rows: tuple[tuple[str, str, re.Pattern[str]], ...] = tuple(rows)
+        self.ids: tuple[str, ...] = tuple(dict.fromkeys(sid for sid, _n, _r in rows))
+
+    def hits(self, line: str) -> list[tuple[str, re.Match[str]]]:
+        """(id, match) of every signal that matches the line (usually none)."""
+        out: list[tuple[str, re.Match[str]]] = []
+        seen: set[str] = set()
+        for sid, needle, rx in self.rows:
+            if needle in line and sid not in seen:
+                m = rx.search(line)
+                if m:
+                    out.append((sid, m))
+                    seen.add(sid)
+        return out
+
+    def match(self, sid: str, line: str) -> re.Match[str] | None:
+        """The first row of ``sid`` that matches ``line`` (needle not required)."""
+        for s, _n, rx in self.rows:
+            if s == sid:
+                m = rx.search(line)
+                if m:
+                    return m
+        return None
