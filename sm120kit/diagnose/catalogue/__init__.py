@@ -25,7 +25,8 @@ from pathlib import Path
 
 from sm120kit.diagnose.catalogue.needles import needles
 from sm120kit.diagnose.catalogue.schema import CatalogueError, Entry, read_file
-from sm120kit.diagnose.catalogue.signal import Signal, SignalTable
+from sm120kit.diagnose.catalogue.signal import Cue, Signal, SignalTable
+from sm120kit.evidence.logs.described import ProseCue
 from sm120kit.evidence.phases import STALL_MESSAGES
 
 #: the stall classifier's finer ids (heartbeat, engine-ready-timeout, gloo-timeout): written once
@@ -72,6 +73,7 @@ class Catalogue:
     entries: dict[str, Entry] = field(default_factory=dict)
     files: list[str] = field(default_factory=list)
     signals: dict[str, Signal] = field(default_factory=dict)
+    cues: dict[str, Cue] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.compile()
@@ -91,6 +93,10 @@ class Catalogue:
         self._gate = re.compile("|".join(f"(?:{p})" for p in rest)) if rest else None
         self._order = sorted(self.entries.values(), key=lambda e: (-e.priority, e.id))
         self.table = SignalTable(list(self.signals.values()), _STALL_SIGNALS)
+
+    def prose_cues(self) -> dict[str, ProseCue]:
+        """The cues the analysis reads in what a person wrote (``cues.toml``)."""
+        return {cid: c.cue for cid, c in self.cues.items()}
 
     def scan_line(self, line: str) -> list[tuple[str, re.Match[str]]]:
         """The analysis' scanner: the signals a line holds, then the entries naming it."""
@@ -132,11 +138,10 @@ def load(extra: Iterable[str | Path] = (), environ: dict[str, str] | None = None
     cat = Catalogue()
     for root in paths:
         for f in _files(root):
-            entries, signals = read_file(f)
-            for e in entries:
-                cat.entries[e.id] = e
-            for sg in signals:
-                cat.signals[sg.id] = sg
+            got = read_file(f)
+            cat.entries.update((e.id, e) for e in got.entries)
+            cat.signals.update((sg.id, sg) for sg in got.signals)
+            cat.cues.update((c.id, c) for c in got.cues)
             cat.files.append(str(f))
     cat.compile()
     return cat
@@ -160,5 +165,5 @@ def explain(cat: Catalogue, eid: str) -> dict[str, object]:
             "patterns": e.patterns, "symptoms": e.symptoms, "excludes": e.excludes,
             "fix": e.fix, "sources": e.sources, "since": e.since or None,
             "until": e.until or None, "file": e.file}
-__all__ = ["Catalogue", "CatalogueError", "Entry", "Signal", "ENV", "PREFIX", "explain", "is_completion", "load",
+__all__ = ["Catalogue", "CatalogueError", "Cue", "Entry", "Signal", "ENV", "PREFIX", "explain", "is_completion", "load",
            "not_evidence"]

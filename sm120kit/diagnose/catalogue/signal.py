@@ -1,9 +1,15 @@
-"""A named signal of the catalogue: a line fact (``[[signal]]`` in ``*.toml``) that names no cause.
+"""Named line facts of the catalogue that name no cause: signals (``[[signal]]``) and prose cues
+(``[[cue]]``).
 
 Rules and the entries' conditions (``with``, ``without``) read signals by id: "a GeForce board",
 "CUDA graphs are being captured", "an NCCL version". Each ``match`` row is ``[needle, regex]``:
 the regex is tried only on a line that holds the needle, so a line costs one ``in`` test per row;
 the first row of a signal that matches gives the hit (and its value, the first named group).
+
+A cue is a word class of what a person writes around a pasted log (``symptom``: it hangs;
+``complaint``: it fails; ``praise``: it works): gate substrings, a regex, vetoing substrings
+(``unless``) and a ``negation`` regex ("no hang"); ``lines`` says whether every line or only
+prose lines (no log record) are read.
 """
 
 from __future__ import annotations
@@ -13,9 +19,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sm120kit.diagnose.catalogue.errors import CatalogueError
+from sm120kit.evidence.logs.described import CUE_IDS, ProseCue
 
 _ID = re.compile(r"^[a-z0-9][a-z0-9-]{1,63}$")
 _KEYS = {"id", "about", "match", "sources", "examples"}
+_CUE_KEYS = {"id", "about", "lines", "gate", "pattern", "unless", "negation", "sources"}
 
 
 @dataclass
@@ -97,3 +105,47 @@ class SignalTable:
                 if m:
                     return m
         return None
+
+
+@dataclass
+class Cue:
+    id: str
+    about: str
+    cue: ProseCue
+    sources: list[str]
+    file: str = ""
+
+
+def _rx(where: str, key: str, raw: Any) -> re.Pattern[str]:
+    if not isinstance(raw, str) or not raw:
+        raise _err(where, key, "a non-empty regex")
+    try:
+        return re.compile(raw)
+    except re.error as exc:
+        raise _err(where, key, f"bad regex {raw!r}: {exc}") from None
+
+
+def _strs(where: str, raw: dict[str, Any], key: str, need: bool) -> list[str]:
+    v = raw.get(key, [])
+    if not isinstance(v, list) or not all(isinstance(x, str) and x for x in v) or (need and not v):
+        raise _err(where, key, "a non-empty list of non-empty strings" if need else
+                   "a list of non-empty strings")
+    return list(v)
+
+
+def parse_cue(where: str, raw: Any, file: str) -> Cue:
+    if not isinstance(raw, dict):
+        raise _err(where, "cue", "each [[cue]] is a table")
+    unknown = sorted(set(raw) - _CUE_KEYS)
+    if unknown:
+        raise _err(where, unknown[0], "not a cue key")
+    if raw.get("id") not in CUE_IDS:
+        raise _err(where, "id", f"one of {', '.join(CUE_IDS)}")
+    if raw.get("lines", "all") not in ("all", "prose"):
+        raise _err(where, "lines", "'all' or 'prose'")
+    neg = raw.get("negation")
+    pc = ProseCue(tuple(_strs(where, raw, "gate", True)), _rx(where, "pattern", raw.get("pattern")),
+                  tuple(_strs(where, raw, "unless", False)),
+                  None if neg is None else _rx(where, "negation", neg),
+                  raw.get("lines", "all") == "prose")
+    return Cue(raw["id"], str(raw.get("about", "")), pc, _strs(where, raw, "sources", True), file)

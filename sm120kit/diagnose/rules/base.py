@@ -87,6 +87,20 @@ class BundleFacts:
     nodes: list[dict[str, Any]] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class InputSeen:
+    """What the input showed, as the catalogue's conditions read it (conditions.Seen)."""
+
+    hits: dict[str, list[Evidence]]
+    phases: frozenset[str]
+    stalled: bool
+    topology: frozenset[str]
+
+    def first(self, sid: str) -> Evidence | None:
+        ev = self.hits.get(sid)
+        return ev[0] if ev else None
+
+
 @dataclass
 class RuleContext:
     logs: LogAnalysis
@@ -120,6 +134,18 @@ class RuleContext:
     def count(self, sid: str) -> int:
         h = self.logs.signals.get(sid)
         return h.count if h else 0
+
+    def seen(self) -> InputSeen:
+        lg = self.logs
+        stages = {lg.global_tracker.stage} | {p.tracker.stage for p in self.workers()}
+        topo = set()
+        if lg.described.pcie_only() or self.count("pcie-only-said"):
+            topo.add("pcie")
+        if "NV" in lg.described.links.values():
+            topo.add("nvlink")
+        return InputSeen({k: h.evidence for k, h in lg.signals.items()},
+                         frozenset(s for s in stages if s is not None), self.stalled(),
+                         frozenset(topo))
 
     def described_ev(self, i: int) -> Evidence:
         """The i-th symptom a person described (prose), as evidence."""

@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterable
 from typing import IO, Any
 
-from sm120kit.evidence.logs.described import DescribedScan
+from sm120kit.evidence.logs.described import DescribedScan, ProseCue
 from sm120kit.evidence.logs.failures import Failures
 from sm120kit.evidence.logs.fastpath import CallSites, site_of
 from sm120kit.evidence.logs.hits import Scanner, SignalBook
@@ -57,7 +57,10 @@ _EMBEDDED = re.compile(
 class LogAnalysis(AnalysisView):
     """Accumulated facts of every line fed so far."""
 
-    def __init__(self, scanner: Scanner | None = None) -> None:
+    def __init__(self, scanner: Scanner | None = None,
+                 cues: dict[str, ProseCue] | None = None) -> None:
+        """``scanner``: the named signals and signatures of a line; ``cues``: the words of what a
+        person writes (symptom, complaint, praise); both the diagnose catalogue's data."""
         self.proc_table = ProcTable()
         self.runs = Runs()
         self.incidents = Incidents()
@@ -71,7 +74,7 @@ class LogAnalysis(AnalysisView):
         self.kv = KvLines()  # vLLM's KV cache lines (sm120kit.models.kv)
         self.nccl_diag = NcclDiag()  # NCCL >= 2.31 'NCCL DIAG' report
         # what people describe: topology tables, GPU state, the symptom in words
-        self.described = DescribedScan()
+        self.described = DescribedScan(cues=dict(cues or {}))
         self.sources: list[dict[str, Any]] = []
         self.order = 0  # lines parsed, a global sequence for "first" across sources
         self.last_text: Evidence | None = None  # the input's last line (an excerpt's end)
