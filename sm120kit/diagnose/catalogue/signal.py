@@ -22,7 +22,7 @@ from sm120kit.diagnose.catalogue.errors import CatalogueError
 from sm120kit.evidence.logs.described import CUE_IDS, ProseCue
 
 _ID = re.compile(r"^[a-z0-9][a-z0-9-]{1,63}$")
-_KEYS = {"id", "about", "match", "sources", "examples"}
+_KEYS = {"id", "about", "match", "sources", "examples", "scan"}
 _CUE_KEYS = {"id", "about", "lines", "gate", "pattern", "unless", "negation", "sources"}
 
 
@@ -34,6 +34,8 @@ class Signal:
     sources: list[str]
     examples: list[str] = field(default_factory=list)
     file: str = ""
+    #: False: not counted per line; rules test it on the lines they hold (``ctx.says``)
+    scan: bool = True
     rows: list[tuple[str, re.Pattern[str]]] = field(default_factory=list, repr=False)
 
 
@@ -66,8 +68,10 @@ def parse_signal(where: str, raw: Any, file: str) -> Signal:
             raise _err(where, k, "must be a list of non-empty strings")
     if not raw.get("sources"):
         raise _err(where, "sources", "at least one: the software that prints it or a thread")
+    if not isinstance(raw.get("scan", True), bool):
+        raise _err(where, "scan", "true or false")
     s = Signal(raw["id"], str(raw.get("about", "")), _rows(where, raw.get("match")),
-               list(raw["sources"]), list(raw.get("examples", [])), file)
+               list(raw["sources"]), list(raw.get("examples", [])), file, raw.get("scan", True))
     for needle, rx in s.match:
         try:
             s.rows.append((needle, re.compile(rx)))
@@ -80,10 +84,13 @@ class SignalTable:
     """Every signal's rows in catalogue order: ``hits(line)`` → ``[(id, match)]``."""
 
     def __init__(self, signals: list[Signal], extra: tuple[tuple[str, str, str], ...] = ()) -> None:
-        rows = [(s.id, n, rx) for s in signals for n, rx in s.rows]
+        rows = [(s.id, n, rx) for s in signals for n, rx in s.rows if s.scan]
         rows += [(sid, n, re.compile(rx)) for sid, n, rx in extra]
         self.rows: tuple[tuple[str, str, re.Pattern[str]], ...] = tuple(rows)
         self.ids: tuple[str, ...] = tuple(dict.fromkeys(sid for sid, _n, _r in rows))
+        #: every row, also of the signals rules test on their own lines (``scan = false``)
+        self.all_rows = self.rows + tuple((s.id, n, rx) for s in signals for n, rx in s.rows
+                                          if not s.scan)
 
     def hits(self, line: str) -> list[tuple[str, re.Match[str]]]:
         """(id, match) of every signal that matches the line (usually none)."""
@@ -99,7 +106,7 @@ class SignalTable:
 
     def match(self, sid: str, line: str) -> re.Match[str] | None:
         """The first row of ``sid`` that matches ``line`` (needle not required)."""
-        for s, _n, rx in self.rows:
+        for s, _n, rx in self.all_rows:
             if s == sid:
                 m = rx.search(line)
                 if m:

@@ -11,20 +11,15 @@ ranks only, or a report that names the autotuner and a hang.
 
 from __future__ import annotations
 
-import re
-
 from sm120kit.diagnose.rules.base import Finding, Rule, RuleContext, field_phase
 
 _NEAR = ("autotune", "kernel-warmup", "cuda-graph-capture")
-# a report that mentions autotune to exclude it
-_RULED_OUT = re.compile(r"(?i)ruled out|not (?:the )?(?:slow )?\w*\s?autotun|n't \w+ autotun|"
-                        r"disabl\w* (?:the )?\w*\s?autotun|autotun\w* (?:is |was )?(?:off|disabled)")
 
 
 def check(ctx: RuleContext) -> list[Finding]:
     lg = ctx.logs
     tune = ctx.hits("autotuner-start") + ctx.hits("sm120-autotune-leader") + [
-        e for e in ctx.hits("autotune-mention") if not _RULED_OUT.search(e.text)]
+        e for e in ctx.hits("autotune-mention") if not ctx.says("autotune-ruled-out", e.text)]
     loaded = ctx.hits("sm120-autotune-loaded")
     stack_tune = []
     if ctx.bundle is not None:

@@ -147,6 +147,11 @@ class RuleContext:
                          frozenset(s for s in stages if s is not None), self.stalled(),
                          frozenset(topo))
 
+    def says(self, sid: str, text: str) -> bool:
+        """The catalogue's signal ``sid`` matches ``text`` (a line the rule already holds)."""
+        cat = self.catalogue
+        return cat is not None and cat.table.match(sid, text) is not None
+
     def described_ev(self, i: int) -> Evidence:
         """The i-th symptom a person described (prose), as evidence."""
         src, line, text = self.logs.described.symptoms[i]

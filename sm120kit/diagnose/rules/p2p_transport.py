@@ -3,14 +3,10 @@ NCCL init on a PCIe box that uses the P2P transport (ACS/IOMMU redirect)."""
 
 from __future__ import annotations
 
-import re
-
 from sm120kit.diagnose.rules import collective_not_started
 from sm120kit.diagnose.rules.base import Finding, Rule, RuleContext
 from sm120kit.evidence.logs.analyze import Evidence
 from sm120kit.evidence.logs.nccl_state import warn_goes_on
-
-_GPU_PEER = re.compile(r"(?i)peer[- ]to[- ]peer|peer (?:access|mapping|memory|device)")
 
 
 def check(ctx: RuleContext) -> list[Finding]:
@@ -18,8 +14,8 @@ def check(ctx: RuleContext) -> list[Finding]:
     # the GPU peer path, not a network peer ("Got completion from peer 10.0.0.2<52310>",
     # "Connection closed by remote peer": catalogue/transport.toml)
     # ("Invalid value x for NCCL_P2P_LEVEL, using default ..." is an env value NCCL replaced)
-    warns = [e for e in ctx.logs.nccl_warns if ("P2P" in e.text or _GPU_PEER.search(e.text)
-             or "cuIpc" in e.text or "cudaIpc" in e.text) and not warn_goes_on(e.text)]
+    warns = [e for e in ctx.logs.nccl_warns
+             if ctx.says("gpu-peer-path", e.text) and not warn_goes_on(e.text)]
     if warns:
         out.append(RULE.finding(0.8, "NCCL warned about the peer-to-peer path", warns[:4],
                                 tier="dead-rank"))
