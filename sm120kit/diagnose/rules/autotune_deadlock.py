@@ -17,7 +17,7 @@ _NEAR = ("autotune", "kernel-warmup", "cuda-graph-capture")
 
 
 def check(ctx: RuleContext) -> list[Finding]:
-    lg = ctx.logs
+    lg = ctx.facts
     tune = ctx.hits("autotuner-start") + ctx.hits("sm120-autotune-leader") + [
         e for e in ctx.hits("autotune-mention") if not ctx.says("autotune-ruled-out", e.text)]
     loaded = ctx.hits("sm120-autotune-loaded")
@@ -29,14 +29,14 @@ def check(ctx: RuleContext) -> list[Finding]:
         return []
     if ctx.dcp() > 1 and (ctx.hits("sm120-autotune-leader") or ctx.hits("sparse-mla-warmup")):
         return []  # the SM120 sparse-MLA DCP warmup: dcp-warmup-stall names it
-    stage = lg.global_tracker.stage
+    stage = lg.phases.stage
     stuck = [p for p in ctx.workers() if p.tracker.stage in _NEAR]
     in_phase = stage in _NEAR or bool(stuck)
     hang = ctx.stalled() or bool(lg.described.symptoms)
     dead = any(p.death is not None for p in lg.procs.values())
     if not hang or dead or not (in_phase or stack_tune or lg.described.symptoms):
         return []
-    if lg.progressing_verdict() is not None and not lg.described.symptoms:
+    if lg.progress.progressing is not None and not lg.described.symptoms:
         return []
     parts = ["the ranks stalled around a per-rank autotune"]
     n = ctx.config.get("tp") or len(ctx.workers()) or 0
@@ -51,8 +51,8 @@ def check(ctx: RuleContext) -> list[Finding]:
         parts.append(f"DCP={ctx.dcp()}")
     ev = tune[:2] + loaded[:1] + [p.last for p in stuck[:2] if p.last is not None]
     ev += [ctx.described_ev(0)] if lg.described.symptoms else []
-    if lg.shm_waits:
-        ev.append(lg.shm_waits[-1][1])
+    if lg.waits.shm_waits:
+        ev.append(lg.waits.shm_waits[-1][1])
     conf = 0.75 + (0.1 if missing or stack_tune else 0.0)
     return [RULE.finding(conf, "; ".join(parts), ev, ranks=missing,
                          phase=field_phase(stage) or "autotune", role="cause",

@@ -21,7 +21,7 @@ def matched(ctx: RuleContext) -> list[tuple[Entry, list[Evidence]]]:
         return []
     out, beside = [], {}
     seen = ctx.seen()
-    for sid, hits in ctx.logs.signals.items():
+    for sid, hits in ctx.facts.signals.items():
         e = cat.get(sid) if sid.startswith(PREFIX) else None
         if e is None or not hits.evidence:
             continue
@@ -56,7 +56,7 @@ def check(ctx: RuleContext) -> list[Finding]:
             by_cat[e.category] = (e, list(ev))
     out = []
     for e, ev in by_cat.values():
-        phase = e.phase or field_phase(ctx.logs.global_tracker.stage)
+        phase = e.phase or field_phase(ctx.facts.phases.stage)
         # a line that states the error is dead-rank evidence; a weak entry (configuration seen
         # beside a stall) ranks as a heuristic
         f = RULE.finding(e.confidence, e.summary_for(ev[0].text), ev[:5], fix=e.fix,

@@ -51,7 +51,7 @@ def check(ctx: RuleContext) -> list[Finding]:
                 ev.append(Evidence("flight/index.json", 0,
                                    f"rank(s) {ranks}: {p0.get('op')} #{p0.get('seq')} of PG "
                                    f"{p0.get('pg')} state 'scheduled' (enqueued, never started)"))
-    wd = ctx.logs.watchdog
+    wd = ctx.facts.waits.watchdog
     wd_seqs = {r.seq for r, _e, _k in wd if r.seq is not None}
     if ev and wd and (wd_seqs <= seqs or not seqs):
         ev += [e for _r, e, _k in wd[:2]]

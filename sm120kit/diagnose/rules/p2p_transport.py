@@ -14,7 +14,7 @@ def check(ctx: RuleContext) -> list[Finding]:
     # the GPU peer path, not a network peer ("Got completion from peer 10.0.0.2<52310>",
     # "Connection closed by remote peer": catalogue/transport.toml)
     # ("Invalid value x for NCCL_P2P_LEVEL, using default ..." is an env value NCCL replaced)
-    warns = [e for e in ctx.logs.nccl_warns
+    warns = [e for e in ctx.facts.nccl.warns
              if ctx.says("gpu-peer-path", e.text) and not warn_goes_on(e.text)]
     if warns:
         out.append(RULE.finding(0.8, "NCCL warned about the peer-to-peer path", warns[:4],
@@ -22,10 +22,10 @@ def check(ctx: RuleContext) -> list[Finding]:
     # the lines that state P2P failed are catalogue entries (catalogue/p2p.toml)
     # a stall right after NCCL init (the first collective) with P2P transports in use
     out += _first_collective(ctx) + _described(ctx) + _first_forward(ctx)
-    p2p = sorted({t for ts in ctx.logs.transports.values() for t in ts if t.startswith("P2P")})
+    p2p = sorted({t for ts in ctx.facts.nccl.transports.values() for t in ts if t.startswith("P2P")})
     ws = ctx.workers()
     stuck_nccl = [p for p in ws if p.tracker.stage == "nccl-init"]
-    hang = ctx.stalled() or bool(ctx.logs.described.symptoms)
+    hang = ctx.stalled() or bool(ctx.facts.described.symptoms)
     if p2p and hang and stuck_nccl and len(stuck_nccl) >= max(1, len(ws) // 2):
         ev: list[Evidence] = [p.last for p in stuck_nccl[:3] if p.last is not None]
         out.append(RULE.finding(
@@ -41,7 +41,7 @@ def _first_collective(ctx: RuleContext) -> list[Finding]:
     if collective_not_started.check(ctx):
         return []  # the collective never started on the GPU: work ahead of it, not the transport
     hit = []
-    for r, ev, _k in ctx.logs.watchdog:
+    for r, ev, _k in ctx.facts.waits.watchdog:
         if r.last_enqueued is None or r.last_completed is None:
             continue
         seq = r.seq if r.seq is not None else r.last_enqueued
@@ -51,30 +51,30 @@ def _first_collective(ctx: RuleContext) -> list[Finding]:
         return []
     r, ev = hit[0]
     big = any((x.numel_in or 0) >= 1 << 20 for x, _e in hit) or \
-        any((x.numel_in or 0) >= 1 << 20 for x, _e, _k in ctx.logs.watchdog)
+        any((x.numel_in or 0) >= 1 << 20 for x, _e, _k in ctx.facts.waits.watchdog)
     size = " (a large one)" if big else ""
     evs = [e for _x, e in hit[:2]]
-    evs += [e for x, e, _k in ctx.logs.watchdog if x.numel_in and e not in evs][:1]
+    evs += [e for x, e, _k in ctx.facts.waits.watchdog if x.numel_in and e not in evs][:1]
     return [RULE.finding(
         0.7 if big else 0.6,
         f"collective {r.seq if r.seq is not None else r.last_enqueued} of the run{size} was "
         f"enqueued (last enqueued {r.last_enqueued}) and never completed (last completed "
         f"{r.last_completed}): the ranks reached it, the data never moved: the P2P/SHM transport "
         "under the first collectives is stuck", evs, tier="disagreement",
-        phase="startup" if not ctx.logs.served else "serving", role="cause")]
+        phase="startup" if not ctx.facts.progress.served else "serving", role="cause")]
 
 
 def _first_forward(ctx: RuleContext) -> list[Finding]:
     """NCCL set up its transports, then the first generation never produced a token (a bar
     stuck at 0 with 0.00 tokens/s) and nothing failed: the first collectives of the first forward
     never completed."""
-    lg = ctx.logs
-    if lg.zero_progress is None or lg.failures or lg.metrics_lines:
+    lg = ctx.facts
+    if lg.progress.zero_progress is None or lg.failures or lg.progress.metrics_lines:
         return []
-    ts = sorted({t for v in lg.transports.values() for t in v})
+    ts = sorted({t for v in lg.nccl.transports.values() for t in v})
     if not ts:
         return []
-    ev = [lg.zero_progress] + [lg.phase_ev[p] for p in ("nccl-init",) if p in lg.phase_ev]
+    ev = [lg.progress.zero_progress] + [lg.phases.first_seen[p] for p in ("nccl-init",) if p in lg.phases.first_seen]
     return [RULE.finding(
         0.5, f"NCCL connected the ranks ({', '.join(ts)}) but the first forward never produced a "
         "token: the first collectives did not complete (a P2P/PCIe transport stall: ACS/IOMMU "
@@ -85,7 +85,7 @@ def _first_forward(ctx: RuleContext) -> list[Finding]:
 def _described(ctx: RuleContext) -> list[Finding]:
     """A pasted topology table, GPU state or prose that describes the PCIe P2P deadlock: a hang
     around NCCL init / the first collective on GPUs linked over PCIe only."""
-    d = ctx.logs.described
+    d = ctx.facts.described
     ev: list[Evidence] = []
     why: list[str] = []
     hang = bool(d.symptoms) or ctx.stalled() or bool(d.complaints)
@@ -123,7 +123,7 @@ def _described(ctx: RuleContext) -> list[Finding]:
         ev += acs[:1]
     why, more = _multi_gpu(ctx, why)
     ev += more
-    nccl_init = ctx.logs.global_tracker.stage == "nccl-init" or any(
+    nccl_init = ctx.facts.phases.stage == "nccl-init" or any(
         "NCCL" in t or "nccl" in t for _s, _l, t in d.symptoms)
     if nccl_init and not first:
         why.append("it stops around NCCL init")
@@ -143,7 +143,7 @@ def _described(ctx: RuleContext) -> list[Finding]:
 def _multi_gpu(ctx: RuleContext, why: list[str]) -> tuple[list[str], list[Evidence]]:
     """What a report says in words about the multi-GPU path of a *hang* (a described or logged
     stall, not any complaint): it works on one GPU, the GPUs share PCIe only, consumer boards."""
-    if not (ctx.logs.described.symptoms or ctx.stalled()):
+    if not (ctx.facts.described.symptoms or ctx.stalled()):
         return why, []
     ev: list[Evidence] = []
     for sid, words in (("multi-gpu-only", "it works on one GPU and hangs only with tensor "

@@ -4,6 +4,7 @@ the same collective with different sizes/types (a mismatch)."""
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 
 from sm120kit.diagnose.rules.base import Finding, Rule, RuleContext
 from sm120kit.evidence.logs.analyze import Evidence
@@ -34,12 +35,12 @@ def watchdog_by_rank(recs: list[tuple[WatchdogRecord, Evidence, str]]) -> dict[i
 
 def check(ctx: RuleContext) -> list[Finding]:
     out: list[Finding] = []
-    for recs in _same_run(ctx.logs.watchdog):
+    for recs in _same_run(ctx.facts.waits.watchdog):
         out += _check_run(recs)
     return out
 
 
-def _same_run(recs: list[tuple[WatchdogRecord, Evidence, str]]
+def _same_run(recs: Sequence[tuple[WatchdogRecord, Evidence, str]]
               ) -> list[list[tuple[WatchdogRecord, Evidence, str]]]:
     """Watchdog records grouped by launch: a paste may quote lines of several runs, whose
     sequence numbers are unrelated. Within a launch, records with another timeout or a rank that

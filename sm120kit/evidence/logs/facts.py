@@ -1,0 +1,115 @@
+"""What a log analysis found, as typed facts built once: the one read surface of the rules.
+
+``log_facts(analysis)`` is called after ``LogAnalysis.finish()``; every verdict the analysis
+derives (where the run stopped, whether it is still progressing, whether a pasted excerpt ends
+in a short startup step, whether shm_broadcast waits stayed open) is computed here once and
+kept as a value. The records are tuples of the analysis' own objects (``Evidence``, ``Proc``,
+``WatchdogRecord``, ``Death``); rules read them and never write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from sm120kit.evidence.logs.analyze import LogAnalysis
+from sm120kit.evidence.logs.described import DescribedScan
+from sm120kit.evidence.logs.nccl_diag import NcclDiag
+from sm120kit.evidence.logs.parsers import Death, WatchdogRecord
+from sm120kit.evidence.logs.records import Evidence, Proc, SignalHits
+from sm120kit.models.kv import KvLines
+
+
+@dataclass(frozen=True)
+class PhaseFacts:
+    """The run's phase timeline: the stage it reached (where it stopped) and first appearances."""
+
+    stage: str | None
+    first_seen: Mapping[str, Evidence]
+    run: int  # launches seen in the input (0: the first)
+
+
+@dataclass(frozen=True)
+class ProgressFacts:
+    """Serving metrics, progress bars and the verdicts read from them."""
+
+    served: bool
+    metrics_lines: int
+    zero_streak: int  # consecutive 0.0 tokens/s metrics intervals with running requests
+    zero_streak_open: bool  # ... up to the end of the log
+    zero_streak_ev: tuple[Evidence, ...]
+    bar: tuple[str, int, int, Evidence] | None  # the last progress bar: (what, done, total, ev)
+    elapsed: str | None  # the bar's elapsed clock
+    zero_progress: Evidence | None  # a first generation bar stuck at 0
+    progressing: str | None  # "progressing: autotune 14/22 after 9 min", or None
+    stopped_excerpt: str | None  # the short startup step a pasted excerpt ends in, or None
+
+
+@dataclass(frozen=True)
+class WaitFacts:
+    """Stall and death records: torch watchdog, shm_broadcast waits, RPC timeouts, deaths."""
+
+    watchdog: tuple[tuple[WatchdogRecord, Evidence, str], ...]
+    shm_waits: tuple[tuple[int, Evidence, str], ...]
+    shm_count: int
+    shm_open: bool  # shm_broadcast waits that no later startup progress resolved
+    rpc_timeouts: tuple[tuple[str, Evidence, str], ...]
+    deaths: tuple[tuple[Death, Evidence, str], ...]
+
+
+@dataclass(frozen=True)
+class NcclFacts:
+    """NCCL's own lines: WARNs, transports per process, opCounts, the NCCL DIAG report."""
+
+    warns: tuple[Evidence, ...]
+    transports: Mapping[str, frozenset[str]]
+    ops: Mapping[str, Mapping[str, tuple[int, str, Evidence]]]
+    diag: NcclDiag
+
+
+@dataclass(frozen=True)
+class LogFacts:
+    procs: Mapping[str, Proc]
+    workers: tuple[Proc, ...]
+    phases: PhaseFacts
+    progress: ProgressFacts
+    waits: WaitFacts
+    nccl: NcclFacts
+    failures: tuple[Evidence, ...]
+    failure_count: int
+    signals: Mapping[str, SignalHits]
+    versions: Mapping[str, Any]
+    config: Mapping[str, Any]
+    described: DescribedScan
+    ticket: bool  # a pasted report (Markdown around the log), not a log file
+    last_text: Evidence | None
+    kv: KvLines
+
+    def hits(self, sid: str) -> list[Evidence]:
+        h = self.signals.get(sid)
+        return list(h.evidence) if h else []
+
+
+def _ro(d: Mapping[str, Any]) -> Mapping[str, Any]:
+    return MappingProxyType(dict(d))
+
+
+def log_facts(an: LogAnalysis) -> LogFacts:
+    """The facts of a finished analysis (call ``an.finish()`` first)."""
+    return LogFacts(
+        procs=_ro(an.procs), workers=tuple(an.workers()),
+        phases=PhaseFacts(an.global_tracker.stage, _ro(an.phase_ev), an.run),
+        progress=ProgressFacts(
+            an.served, an.metrics_lines, an.zero_streak, an.zero_streak_open,
+            tuple(an.zero_streak_ev), an.progress, an.progress_elapsed, an.zero_progress,
+            an.progressing_verdict(), an.stopped_excerpt()),
+        waits=WaitFacts(tuple(an.watchdog), tuple(an.shm_waits), an.shm_count,
+                        an.shm_wait_open(), tuple(an.rpc_timeouts), tuple(an.deaths)),
+        nccl=NcclFacts(tuple(an.nccl_warns),
+                       _ro({k: frozenset(v) for k, v in an.transports.items()}),
+                       _ro({k: _ro(v) for k, v in an.nccl_ops.items()}), an.nccl_diag),
+        failures=tuple(an.failures), failure_count=an.failure_count, signals=_ro(an.signals),
+        versions=_ro(an.vs.versions), config=_ro(an.vs.config), described=an.described,
+        ticket=an.is_ticket(), last_text=an.last_text, kv=an.kv)
