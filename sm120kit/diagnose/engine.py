@@ -20,7 +20,7 @@ from sm120kit.diagnose.catalogue import announces_long_step
 from sm120kit.diagnose.catalogue import load as load_catalogue
 from sm120kit.diagnose.rules import run_rules
 from sm120kit.diagnose.rules.base import BundleFacts, Finding, RuleContext, StackView, field_phase
-from sm120kit.diagnose.rules.watchdog_desync import watchdog_by_rank
+from sm120kit.diagnose.rules.watchdog_runs import watchdog_by_rank
 from sm120kit.errors import ExitCode, UserError
 from sm120kit.evidence.bundle_reader import READ_ERRORS, BundleReader, looks_like_tar
 from sm120kit.evidence.kv import capacity as kv_capacity

@@ -48,8 +48,9 @@ def _rows(where: str, raw: Any) -> list[tuple[str, str]]:
         raise _err(where, "match", "a list of [needle, regex] pairs")
     out = []
     for r in raw:
-        if not (isinstance(r, list) and len(r) == 2 and all(isinstance(x, str) and x for x in r)):
-            raise _err(where, "match", "each row is [needle, regex], two non-empty strings")
+        if not (isinstance(r, list) and len(r) == 2 and all(isinstance(x, str) for x in r)
+                and r[1]):
+            raise _err(where, "match", "each row is [needle, regex], strings, the regex non-empty")
         out.append((r[0], r[1]))
     return out
 
@@ -70,6 +71,8 @@ def parse_signal(where: str, raw: Any, file: str) -> Signal:
         raise _err(where, "sources", "at least one: the software that prints it or a thread")
     if not isinstance(raw.get("scan", True), bool):
         raise _err(where, "scan", "true or false")
+    if raw.get("scan", True) and any(not n for n, _rx in _rows(where, raw.get("match"))):
+        raise _err(where, "match", "a counted signal (scan = true) needs a needle on every row")
     s = Signal(raw["id"], str(raw.get("about", "")), _rows(where, raw.get("match")),
                list(raw["sources"]), list(raw.get("examples", [])), file, raw.get("scan", True))
     for needle, rx in s.match:
