@@ -164,6 +164,15 @@ def explain(cat: Catalogue, eid: str) -> dict[str, object]:
             "priority": e.priority, "phase": e.phase, "requires": e.requires or None,
             "patterns": e.patterns, "symptoms": e.symptoms, "excludes": e.excludes,
             "fix": e.fix, "sources": e.sources, "since": e.since or None,
-            "until": e.until or None, "file": e.file}
+            "until": e.until or None, "when": _when(e), "file": e.file}
+
+
+def _when(e: Entry) -> list[str]:
+    """The entry's conditions, one "key: value" each (``--explain``)."""
+    w = e.conditions()
+    pairs = (("with", w.with_), ("with_any", w.with_any), ("without", w.without),
+             ("phase", w.phase), ("stalled", w.stalled), ("topology", w.topology))
+    return [f"{k}: {', '.join(v) if isinstance(v, tuple) else str(v).lower()}"
+            for k, v in pairs if v not in ((), None)]
 __all__ = ["Catalogue", "CatalogueError", "Cue", "Entry", "Signal", "ENV", "PREFIX", "explain", "is_completion", "load",
            "not_evidence"]
