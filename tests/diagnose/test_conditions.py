@@ -89,9 +89,7 @@ def test_a_malformed_condition_is_one_line_naming_the_key(tmp_path: Path, when: 
 
 
 RULE_DIR = Path(C.__file__).resolve().parents[1] / "rules"
-# kernel_hang.py is being rewritten by another change (issue 29 item 5); it still reads
-# ctx.logs.watchdog, the same records as ctx.facts.waits.watchdog
-_NOT_YET = {"base.py", "kernel_hang.py"}
+_NOT_YET = {"base.py"}
 
 
 def test_rules_read_typed_facts_not_the_analysis() -> None:

@@ -14,7 +14,7 @@ MAX_LAG = 64  # SeqNums further apart than this are not one group's lagging rank
 SAME_RUN_S = 1800.0  # watchdog lines of one run fire within the timeout of each other
 
 
-def watchdog_by_rank(recs: list[tuple[WatchdogRecord, Evidence, str]]) -> dict[int, dict[str, object]]:
+def watchdog_by_rank(recs: Sequence[tuple[WatchdogRecord, Evidence, str]]) -> dict[int, dict[str, object]]:
     """rank → the combined view of that rank's watchdog lines (first PG named wins)."""
     out: dict[int, dict[str, object]] = {}
     for r, ev, _k in recs:

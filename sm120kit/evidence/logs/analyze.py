@@ -8,7 +8,8 @@ capped (``MAX_RECORDS``), named signals keep the first ``MAX_SIGNAL_EVIDENCE`` h
 process, its errors), ``runs`` (launches and phase timelines), ``incidents`` (stall and death
 records), ``nccl`` (NCCL's own lines), ``book`` (named signals), ``fails`` (recorded failures),
 ``serving`` (metrics and progress bars), ``sites`` (boring call sites skip the parsers);
-``view.AnalysisView`` keeps their facts under the names rules and services read.
+``view.AnalysisView`` reads the verdicts from them; ``facts.log_facts`` hands rules and the
+engine typed facts, built once.
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ class PhaseFacts:
 
     stage: str | None
     first_seen: Mapping[str, Evidence]
+    timeline: tuple[tuple[str, float, str | None], ...]  # (phase, first time, stream)
     run: int  # launches seen in the input (0: the first)
 
 
@@ -64,6 +65,8 @@ class NcclFacts:
     """NCCL's own lines: WARNs, transports per process, opCounts, the NCCL DIAG report."""
 
     warns: tuple[Evidence, ...]
+    warn_count: int
+    env: Mapping[str, str]
     transports: Mapping[str, frozenset[str]]
     ops: Mapping[str, Mapping[str, tuple[int, str, Evidence]]]
     diag: NcclDiag
@@ -86,6 +89,7 @@ class LogFacts:
     ticket: bool  # a pasted report (Markdown around the log), not a log file
     last_text: Evidence | None
     kv: KvLines
+    fast_lines: int  # lines of boring call sites that skipped the parsers
 
     def hits(self, sid: str) -> list[Evidence]:
         h = self.signals.get(sid)
@@ -97,19 +101,22 @@ def _ro(d: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def log_facts(an: LogAnalysis) -> LogFacts:
-    """The facts of a finished analysis (call ``an.finish()`` first)."""
+    """The facts of a finished analysis (call ``an.finish()`` first), read from its parts."""
+    runs, inc, sv, nc = an.runs, an.incidents, an.serving, an.nccl
     return LogFacts(
-        procs=_ro(an.procs), workers=tuple(an.workers()),
-        phases=PhaseFacts(an.global_tracker.stage, _ro(an.phase_ev), an.run),
+        procs=_ro(an.proc_table.procs), workers=tuple(an.workers()),
+        phases=PhaseFacts(runs.global_tracker.stage, _ro(runs.phase_ev),
+                          tuple(runs.global_tracker.timeline), runs.run),
         progress=ProgressFacts(
-            an.served, an.metrics_lines, an.zero_streak, an.zero_streak_open,
-            tuple(an.zero_streak_ev), an.progress, an.progress_elapsed, an.zero_progress,
+            sv.served, sv.metrics_lines, sv.zero_streak, sv.zero_streak_open,
+            tuple(sv.zero_streak_ev), sv.progress, sv.progress_elapsed, sv.zero_progress,
             an.progressing_verdict(), an.stopped_excerpt()),
-        waits=WaitFacts(tuple(an.watchdog), tuple(an.shm_waits), an.shm_count,
-                        an.shm_wait_open(), tuple(an.rpc_timeouts), tuple(an.deaths)),
-        nccl=NcclFacts(tuple(an.nccl_warns),
-                       _ro({k: frozenset(v) for k, v in an.transports.items()}),
-                       _ro({k: _ro(v) for k, v in an.nccl_ops.items()}), an.nccl_diag),
-        failures=tuple(an.failures), failure_count=an.failure_count, signals=_ro(an.signals),
-        versions=_ro(an.vs.versions), config=_ro(an.vs.config), described=an.described,
-        ticket=an.is_ticket(), last_text=an.last_text, kv=an.kv)
+        waits=WaitFacts(tuple(inc.watchdog), tuple(inc.shm_waits), inc.shm_count,
+                        an.shm_wait_open(), tuple(inc.rpc_timeouts), tuple(inc.deaths)),
+        nccl=NcclFacts(tuple(nc.nccl_warns), nc.nccl_warn_count, _ro(nc.nccl_env),
+                       _ro({k: frozenset(v) for k, v in nc.transports.items()}),
+                       _ro({k: _ro(v) for k, v in nc.nccl_ops.items()}), an.nccl_diag),
+        failures=tuple(an.fails.failures), failure_count=an.fails.failure_count,
+        signals=_ro(an.book.signals), versions=_ro(an.vs.versions), config=_ro(an.vs.config),
+        described=an.described, ticket=an.is_ticket(), last_text=an.last_text, kv=an.kv,
+        fast_lines=an.sites.fast_lines)
