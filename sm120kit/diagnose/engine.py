@@ -18,8 +18,9 @@ from typing import IO, Any, BinaryIO
 
 from sm120kit.diagnose.catalogue import announces_long_step
 from sm120kit.diagnose.catalogue import load as load_catalogue
+from sm120kit.diagnose.facts import BundleFacts, StackView
 from sm120kit.diagnose.rules import run_rules
-from sm120kit.diagnose.rules.base import BundleFacts, Finding, RuleContext, StackView, field_phase
+from sm120kit.diagnose.rules.base import Finding, RuleContext, field_phase
 from sm120kit.diagnose.rules.watchdog_runs import watchdog_by_rank
 from sm120kit.errors import ExitCode, UserError
 from sm120kit.evidence.bundle_reader import READ_ERRORS, BundleReader, looks_like_tar

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from sm120kit.diagnose.catalogue import Catalogue
 from sm120kit.diagnose.categories import CATEGORIES, FIELD_PHASES  # noqa: F401 (re-exported)
+from sm120kit.diagnose.facts import BundleFacts, StackView  # noqa: F401 (re-exported)
 from sm120kit.evidence.logs.analyze import Evidence, LogAnalysis, Proc
 from sm120kit.evidence.logs.facts import LogFacts, log_facts
 from sm120kit.models.kv import KvCapacity
@@ -45,47 +46,6 @@ TIER_CAP: dict[str, float] = {
 }
 
 DOCS = "docs/diagnose.md"
-
-
-@dataclass
-class StackView:
-    """One process's main-thread position in a bundle (py-spy JSON or faulthandler)."""
-
-    pid: int
-    label: str | None = None
-    rank: int | None = None
-    role: str | None = None
-    state: str | None = None  # blocked | spinning | progressing | unknown
-    top: str | None = None
-    collective: str | None = None
-    sync: str | None = None
-    frames: list[str] = field(default_factory=list)  # "func (file:line)", innermost first
-    source: str = ""
-    node: str | None = None  # the Ray node folder (``nodes/<id>/``) of a multi-node bundle
-
-    @property
-    def waiting(self) -> bool:
-        """In a collective or a host sync (where every rank sits when a peer is missing)."""
-        return bool(self.collective or self.sync)
-
-
-@dataclass
-class BundleFacts:
-    stacks: list[StackView] = field(default_factory=list)
-    nvml: list[dict[str, Any]] = field(default_factory=list)  # snapshots
-    ras: list[tuple[str, str]] = field(default_factory=list)  # (member, text)
-    ras_json: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
-    flight: dict[str, Any] | None = None
-    flight_text: list[tuple[str, str]] = field(default_factory=list)
-    doctor: dict[str, Any] | None = None
-    timeline: dict[str, Any] | None = None
-    processes: dict[str, Any] = field(default_factory=dict)
-    collectors: list[dict[str, Any]] = field(default_factory=list)
-    env: dict[str, Any] = field(default_factory=dict)
-    stall: dict[str, Any] | None = None  # stall.json: the supervisor's stall record
-    #: multi-node (``collect --ray``) bundles: the manifest's per-node records (folder, status,
-    #: error, workers, collectors); empty for one host
-    nodes: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

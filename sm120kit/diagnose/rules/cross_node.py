@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from sm120kit.diagnose.rules.base import Finding, Rule, RuleContext, StackView
+from sm120kit.diagnose.facts import StackView
+from sm120kit.diagnose.rules.base import Finding, Rule, RuleContext
 from sm120kit.evidence.logs.analyze import Evidence
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sm120kit.diagnose.rules.base import BundleFacts, Finding, Rule
+from sm120kit.diagnose.facts import BundleFacts
+from sm120kit.diagnose.rules.base import Finding, Rule
 from sm120kit.evidence.logs.analyze import Evidence
 
 
