@@ -53,7 +53,12 @@ class ProseCue:
     prose_only: bool = False
 
     def find(self, text: str) -> re.Match[str] | None:
-        if not any(g in text for g in self.gate) or any(u in text for u in self.unless):
+        for g in self.gate:  # a plain loop: this runs on every parsed line
+            if g in text:
+                break
+        else:
+            return None
+        if self.unless and any(u in text for u in self.unless):
             return None
         m = self.rx.search(text)
         if m is None or (self.negation is not None and
