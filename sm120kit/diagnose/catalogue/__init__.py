@@ -26,7 +26,7 @@ from pathlib import Path
 from sm120kit.diagnose.catalogue.needles import needles
 from sm120kit.diagnose.catalogue.schema import CatalogueError, Entry, read_file
 from sm120kit.diagnose.catalogue.signal import Cue, Signal, SignalTable
-from sm120kit.evidence.logs.described import ProseCue
+from sm120kit.evidence.logs.cue import ProseCue
 from sm120kit.evidence.phases import STALL_MESSAGES
 
 #: the stall classifier's finer ids (heartbeat, engine-ready-timeout, gloo-timeout): written once

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sm120kit.diagnose.catalogue.errors import CatalogueError
-from sm120kit.evidence.logs.described import CUE_IDS, ProseCue
+from sm120kit.evidence.logs.cue import CUE_IDS, ProseCue
 
 _ID = re.compile(r"^[a-z0-9][a-z0-9-]{1,63}$")
 _KEYS = {"id", "about", "match", "sources", "examples", "scan"}
@@ -154,7 +154,7 @@ def parse_cue(where: str, raw: Any, file: str) -> Cue:
     if raw.get("lines", "all") not in ("all", "prose"):
         raise _err(where, "lines", "'all' or 'prose'")
     neg = raw.get("negation")
-    pc = ProseCue(tuple(_strs(where, raw, "gate", True)), _rx(where, "pattern", raw.get("pattern")),
+    pc = ProseCue(tuple(_strs(where, raw, "gate", False)), _rx(where, "pattern", raw.get("pattern")),
                   tuple(_strs(where, raw, "unless", False)),
                   None if neg is None else _rx(where, "negation", neg),
                   raw.get("lines", "all") == "prose")

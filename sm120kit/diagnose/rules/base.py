@@ -132,9 +132,13 @@ class RuleContext:
                          frozenset(topo))
 
     def says(self, sid: str, text: str) -> bool:
-        """The catalogue's signal ``sid`` matches ``text`` (a line the rule already holds)."""
+        """The catalogue's signal (or cue) ``sid`` matches ``text``, a line the rule holds."""
         cat = self.catalogue
-        return cat is not None and cat.table.match(sid, text) is not None
+        if cat is None:
+            return False
+        if sid in cat.cues:
+            return cat.cues[sid].cue.find(text) is not None
+        return cat.table.match(sid, text) is not None
 
 
 @dataclass

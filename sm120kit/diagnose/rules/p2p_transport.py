@@ -6,7 +6,6 @@ from __future__ import annotations
 from sm120kit.diagnose.rules import p2p_described, p2p_first
 from sm120kit.diagnose.rules.base import Finding, Rule, RuleContext
 from sm120kit.evidence.logs.analyze import Evidence
-from sm120kit.evidence.logs.nccl_state import warn_goes_on
 
 
 def check(ctx: RuleContext) -> list[Finding]:
@@ -15,7 +14,7 @@ def check(ctx: RuleContext) -> list[Finding]:
     # "Connection closed by remote peer": catalogue/transport.toml)
     # ("Invalid value x for NCCL_P2P_LEVEL, using default ..." is an env value NCCL replaced)
     warns = [e for e in ctx.facts.nccl.warns
-             if ctx.says("gpu-peer-path", e.text) and not warn_goes_on(e.text)]
+             if ctx.says("gpu-peer-path", e.text) and not ctx.says("nccl-warn-goes-on", e.text)]
     if warns:
         out.append(RULE.finding(0.8, "NCCL warned about the peer-to-peer path", warns[:4],
                                 tier="dead-rank"))

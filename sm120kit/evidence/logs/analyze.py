@@ -18,7 +18,8 @@ import re
 from collections.abc import Iterable
 from typing import IO, Any
 
-from sm120kit.evidence.logs.described import DescribedScan, ProseCue
+from sm120kit.evidence.logs.cue import Cues
+from sm120kit.evidence.logs.described import DescribedScan
 from sm120kit.evidence.logs.failures import Failures
 from sm120kit.evidence.logs.fastpath import CallSites, site_of
 from sm120kit.evidence.logs.hits import Scanner, SignalBook
@@ -58,16 +59,16 @@ _EMBEDDED = re.compile(
 class LogAnalysis(AnalysisView):
     """Accumulated facts of every line fed so far."""
 
-    def __init__(self, scanner: Scanner | None = None,
-                 cues: dict[str, ProseCue] | None = None) -> None:
-        """``scanner``: the named signals and signatures of a line; ``cues``: the words of what a
-        person writes (symptom, complaint, praise); both the diagnose catalogue's data."""
+    def __init__(self, scanner: Scanner | None = None, cues: Cues | None = None) -> None:
+        """``scanner``: the named signals and signatures of a line; ``cues``: word cues (what a
+        person writes, failure words and statements, NCCL WARN faults: ``cue.CUE_IDS``); both
+        the diagnose catalogue's data."""
         self.proc_table = ProcTable()
         self.runs = Runs()
         self.incidents = Incidents()
-        self.nccl = NcclState()
+        self.nccl = NcclState(cues)
         self.book = SignalBook(scanner)
-        self.fails = Failures()
+        self.fails = Failures(cues)
         self.stats: dict[str, StreamStats] = {}
         self.serving = ServingView(self.stats)
         self.sites = CallSites()

@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from sm120kit.evidence.logs.cue import DESCRIBED, ProseCue
+
 MAX_KEEP = 8
 # link types of `nvidia-smi topo -m`; p2p statuses of `nvidia-smi topo -p2p r|w|n|a|p`
 LINKS = frozenset({"X", "SYS", "NODE", "PHB", "PXB", "PIX", "SOC", "NV"})
@@ -35,36 +37,6 @@ _UTIL = re.compile(
 _POWER = re.compile(r"(?P<w>\d{1,4}(?:\.\d+)?) ?W\b(?: ?/ ?(?P<lim>\d{2,4}) ?W\b)?")
 _SMI_ROW = re.compile(r"\|\s*\d+%?\s+\d+C\s+P\d+\s+(?P<w>\d+)W\s*/\s*(?P<lim>\d+)W\s*\|[^|]*\|\s*"
                       r"(?P<u>\d{1,3})%")
-
-
-#: the prose cues a scan reads (their words are catalogue data: diagnose/catalogue/cues.toml)
-CUE_IDS = ("symptom", "complaint", "praise")
-
-
-@dataclass(frozen=True)
-class ProseCue:
-    """One cue: gate substrings, the regex, vetoing substrings and an optional negation regex
-    tried over the 16 characters before the match and the match itself ("no hang")."""
-
-    gate: tuple[str, ...]
-    rx: re.Pattern[str]
-    unless: tuple[str, ...] = ()
-    negation: re.Pattern[str] | None = None
-    prose_only: bool = False
-
-    def find(self, text: str) -> re.Match[str] | None:
-        for g in self.gate:  # a plain loop: this runs on every parsed line
-            if g in text:
-                break
-        else:
-            return None
-        if self.unless and any(u in text for u in self.unless):
-            return None
-        m = self.rx.search(text)
-        if m is None or (self.negation is not None and
-                         self.negation.search(text, max(0, m.start() - 16), m.end())):
-            return None
-        return m
 
 
 @dataclass
@@ -99,7 +71,7 @@ class DescribedScan:
     complaint_count: int = 0
     # pasted py-spy dumps: (source, line of the header, title, frames "func (file:line)")
     stacks: list[tuple[str, int, str, list[str]]] = field(default_factory=list)
-    #: the prose cues by id (CUE_IDS); none given: no words are read as cues
+    #: the prose cues by id (cue.DESCRIBED); none given: no words are read as cues
     cues: dict[str, ProseCue] = field(default_factory=dict)
     _table: bool = False
     _stack: list[str] | None = None
@@ -119,7 +91,7 @@ class DescribedScan:
 
     def _cues(self, source: str, lineno: int, text: str, prose: bool) -> None:
         """Count the cues of this line kind (``lines = "prose"`` or ``"all"``) the text holds."""
-        for cid in CUE_IDS:
+        for cid in DESCRIBED:
             cue = self.cues.get(cid)
             if cue is None or cue.prose_only != prose or cue.find(text) is None:
                 continue
