@@ -114,3 +114,26 @@ def test_log_facts_are_frozen(tmp_path: Path) -> None:
     with pytest.raises(TypeError):
         f.config["tp"] = 2  # type: ignore[index]
     assert f.failures and "error" in f.phases.first_seen
+
+
+def test_failure_words_are_catalogue_cues(tmp_path: Path) -> None:
+    """What makes a line a recorded failure is cues.toml data: without cues an analysis reads no
+    words (levels and tracebacks still count); a user catalogue can replace a shipped cue."""
+    from sm120kit.evidence.logs.analyze import LogAnalysis
+
+    line = "Worker VllmWorkerProcess pid 1234 died, exit code: -6"  # vllm#6042's wording, no level
+    bare = LogAnalysis()
+    bare.feed_lines("x.log", [line])
+    assert bare.fails.failures == []
+    cat = C.load(environ={})
+    read = LogAnalysis(scanner=cat.scan_line, cues=cat.prose_cues())
+    read.feed_lines("x.log", [line])
+    assert [e.line for e in read.fails.failures] == [1]
+    d = tmp_path / "cat"
+    d.mkdir()
+    (d / "mine.toml").write_text("[[cue]]\nid = 'failure-words'\nlines = 'all'\ngate = ['never']\n"
+                                 "pattern = 'never matches this'\nsources = ['our runbook']\n")
+    mine = C.load([d], environ={})
+    other = LogAnalysis(scanner=mine.scan_line, cues=mine.prose_cues())
+    other.feed_lines("x.log", [line])
+    assert other.fails.failures == []
