@@ -18,13 +18,15 @@ from typing import IO, Any, BinaryIO
 
 from sm120kit.diagnose.catalogue import announces_long_step
 from sm120kit.diagnose.catalogue import load as load_catalogue
+from sm120kit.diagnose.facts import BundleFacts, StackView
 from sm120kit.diagnose.rules import run_rules
-from sm120kit.diagnose.rules.base import BundleFacts, Finding, RuleContext, StackView, field_phase
-from sm120kit.diagnose.rules.watchdog_desync import watchdog_by_rank
+from sm120kit.diagnose.rules.base import Finding, RuleContext, field_phase
+from sm120kit.diagnose.rules.watchdog_runs import watchdog_by_rank
 from sm120kit.errors import ExitCode, UserError
 from sm120kit.evidence.bundle_reader import READ_ERRORS, BundleReader, looks_like_tar
 from sm120kit.evidence.kv import capacity as kv_capacity
 from sm120kit.evidence.logs.analyze import LogAnalysis
+from sm120kit.evidence.logs.facts import LogFacts
 from sm120kit.evidence.phases import PHASE_INDEX
 from sm120kit.evidence.stacks import blocking_call, parse_faulthandler
 from sm120kit.facts.modelconfig import load_config
@@ -306,7 +308,7 @@ def diagnose(paths: list[Path | str], *, config: str | Path | None = None,
     if not paths:
         raise UserError("nothing to diagnose", hint="sm120kit diagnose LOG|DIR|BUNDLE.tar.gz")
     cat = load_catalogue(catalogue or (), dict(os.environ if environ is None else environ))
-    an = LogAnalysis(scanner=cat.scan)
+    an = LogAnalysis(scanner=cat.scan_line, cues=cat.prose_cues())
     notes: list[str] = []
     facts: BundleFacts | None = None
     kinds: set[str] = set()
@@ -344,7 +346,7 @@ def diagnose(paths: list[Path | str], *, config: str | Path | None = None,
     ctx = RuleContext(logs=an, bundle=facts, kv=kv, catalogue=cat)
     findings = run_rules(ctx)
     res = _result([str(x) for x in paths], "bundle" if "bundle" in kinds else
-                  ("logs" if "logs" in kinds else "log"), an, facts, findings, notes)
+                  ("logs" if "logs" in kinds else "log"), an, ctx.facts, facts, findings, notes)
     res.kv_capacity = kv.to_dict() if kv is not None else None
     res.nccl_diag = an.nccl_diag.to_dict() if an.nccl_diag.seen else None
     _refuse_truncated_all_clear(res)
@@ -454,13 +456,14 @@ def _open_log(p: Path) -> BinaryIO:
     return open(p, "rb")  # noqa: SIM115
 
 
-def _result(inputs: list[str], kind: str, an: LogAnalysis, facts: BundleFacts | None,
-            findings: list[Finding], notes: list[str]) -> DiagnoseResult:
+def _result(inputs: list[str], kind: str, an: LogAnalysis, lf: LogFacts,
+            facts: BundleFacts | None, findings: list[Finding], notes: list[str]
+            ) -> DiagnoseResult:
     ranks = []
-    procs = sorted(an.procs.values(), key=lambda p: (
+    procs = sorted(lf.procs.values(), key=lambda p: (
         {"api-server": 0, "engine-core": 1, "worker": 2}.get(p.role, 3),
         p.rank if p.rank is not None else 1 << 30, p.pid or 0))
-    wd = watchdog_by_rank(an.watchdog)
+    wd = watchdog_by_rank(lf.waits.watchdog)
     for p in procs:
         d = p.to_dict()
         d["last_time"] = fmt_t(p.last_t)
@@ -474,11 +477,11 @@ def _result(inputs: list[str], kind: str, an: LogAnalysis, facts: BundleFacts | 
             ranks.append({"process": None, "role": "worker", "rank": r, "pid": None,
                           "phase": None, "watchdog": {k: v for k, v in w.items() if k != "ev"}})
     phases = []
-    for ph, t, src in an.global_tracker.timeline:
-        ev = an.phase_ev.get(ph)
+    for ph, t, src in lf.phases.timeline:
+        ev = lf.phases.first_seen.get(ph)
         phases.append({"phase": ph, "first_seen": fmt_t(t), "source": src,
                        "evidence": ev.to_dict() if ev else None})
-    versions = dict(an.vs.versions)
+    versions = dict(lf.versions)
     if facts is not None and facts.nvml:
         s0 = facts.nvml[0]
         if s0.get("driver_version"):
@@ -489,22 +492,22 @@ def _result(inputs: list[str], kind: str, an: LogAnalysis, facts: BundleFacts | 
             versions.setdefault("gpu", ", ".join(sorted(set(gpus))))
             versions.setdefault("gpu_count", len(gpus))
     stalls = {
-        "shm_broadcast_waits": an.shm_count,
-        "watchdog_records": len(an.watchdog),
-        "rpc_timeouts": [m for m, _e, _k in an.rpc_timeouts[:10]],
+        "shm_broadcast_waits": lf.waits.shm_count,
+        "watchdog_records": len(lf.waits.watchdog),
+        "rpc_timeouts": [m for m, _e, _k in lf.waits.rpc_timeouts[:10]],
         "worker_deaths": [{"proc": d.proc, "rank": d.rank, "exit_code": d.exit_code,
-                           "evidence": e.to_dict()} for d, e, _k in an.deaths[:10]],
-        "nccl_warnings": an.nccl_warn_count,
-        "nccl_warning_lines": [e.to_dict() for e in an.nccl_warns[:5]],
-        "nccl_transports": {k: sorted(v) for k, v in an.transports.items()},
-        "nccl_env": an.nccl_env,
+                           "evidence": e.to_dict()} for d, e, _k in lf.waits.deaths[:10]],
+        "nccl_warnings": lf.nccl.warn_count,
+        "nccl_warning_lines": [e.to_dict() for e in lf.nccl.warns[:5]],
+        "nccl_transports": {k: sorted(v) for k, v in lf.nccl.transports.items()},
+        "nccl_env": dict(lf.nccl.env),
         "stacks": [{"node": s.node, "pid": s.pid, "label": s.label, "rank": s.rank,
                     "top": s.top, "collective": s.collective, "sync": s.sync, "state": s.state}
                    for s in (facts.stacks if facts else [])],
     }
-    verdict, state, phase = _verdict(an, facts, findings)
-    if an.run:
-        notes.append(f"the input holds {an.run + 1} launches (split at launch banners / vLLM "
+    verdict, state, phase = _verdict(lf, facts, findings)
+    if lf.phases.run:
+        notes.append(f"the input holds {lf.phases.run + 1} launches (split at launch banners / vLLM "
                      "versions); their timelines and watchdog sequence numbers are kept apart, "
                      "the phase and ranks shown are the last launch's")
     for src, info in an.paste.items():
@@ -512,17 +515,17 @@ def _result(inputs: list[str], kind: str, an: LogAnalysis, facts: BundleFacts | 
             notes.append(f"{src}: joined {info['joined_lines']} wrapped line(s) back into their "
                          "records")
     return DiagnoseResult(inputs=inputs, kind=kind, verdict=verdict, versions=versions,
-                          config=dict(an.vs.config), ranks=ranks, phases=phases,
+                          config=dict(lf.config), ranks=ranks, phases=phases,
                           findings=findings, notes=notes, sources=an.sources, stalls=stalls,
                           nodes=node_table(facts) if facts is not None else [],
-                          state=state, phase=phase, runs=an.run + 1,
+                          state=state, phase=phase, runs=lf.phases.run + 1,
                           engine=an.engines.engine)
 
 
-def _verdict(an: LogAnalysis, facts: BundleFacts | None, findings: list[Finding]
+def _verdict(an: LogFacts, facts: BundleFacts | None, findings: list[Finding]
              ) -> tuple[str, str, str | None]:
     """(verdict line, state, field phase). Exit 0 verdicts say *healthy* or *progressing*."""
-    stage = an.global_tracker.stage
+    stage = an.phases.stage
     phase = field_phase(stage)
     if findings:
         top = findings[0]
@@ -533,12 +536,12 @@ def _verdict(an: LogAnalysis, facts: BundleFacts | None, findings: list[Finding]
     if last is not None and not an.failures and announces_long_step(last.text):
         return (f"progressing: {stage or 'startup'}; the last line announces a step that takes "
                 f"minutes ({last.ref}): the quiet after it is expected"), "progressing", phase
-    prog = an.progressing_verdict()
+    prog = an.progress.progressing
     if prog is not None:
         return prog, "progressing", phase
     if stage is not None and PHASE_INDEX.get(stage, 0) >= PHASE_INDEX["engine-ready"]:
-        what = "serving" if an.served else "server started"
-        extra = f" ({an.metrics_lines} metrics intervals)" if an.metrics_lines else ""
+        what = "serving" if an.progress.served else "server started"
+        extra = f" ({an.progress.metrics_lines} metrics intervals)" if an.progress.metrics_lines else ""
         return f"healthy: {what}{extra}", "healthy", phase
     if stage is None:
         return ("no failure recorded: no phase, error or stall that vLLM, SGLang, TGI, torchrun, "

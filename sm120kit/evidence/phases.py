@@ -270,7 +270,7 @@ def classify_line(line: str) -> str | None:
 # --- stall messages: the ONE table ------------------------------------------------------------
 #: ``(stall id, finer signal id or None, substring needle, regex)``. ``stall_signal`` answers the
 #: stall id of the first row that matches; rows with a finer id are also named log signatures
-#: (``sm120kit.evidence.logs.signals`` takes them from here), so each message is written once.
+#: (the diagnose catalogue's signal table takes them from here), so each message is written once.
 STALL_MESSAGES: tuple[tuple[str, str | None, str, str], ...] = (
     ("shm-broadcast-wait", None, "available ",
      r"No available (?:shared memory broadcast )?block found in \d+ seconds?"),

@@ -51,8 +51,8 @@ def test_watchdog_record_wrapped_over_three_lines_is_one_record(tmp_path: Path) 
     p = tmp_path / "paste.md"
     p.write_text("The job hangs:\n\n```\n" + "\n".join(parts) + "\n```\n")
     an = _analyse(p)
-    assert len(an.watchdog) == 1
-    rec = an.watchdog[0][0]
+    assert len(an.incidents.watchdog) == 1
+    rec = an.incidents.watchdog[0][0]
     assert (rec.rank, rec.seq, rec.op, rec.timeout_ms) == (0, 1580, "ALLREDUCE", 600000)
     assert rec.ran_ms == 600060
     assert an.paste["paste.md"]["joined_lines"] == len(parts) - 1
@@ -75,11 +75,11 @@ def test_markdown_and_ansi_remnants_are_undone() -> None:
 
 def test_caret_notation_and_compose_prefixes_are_attributed() -> None:
     an = _analyse(_field("vllm-33155.txt"))  # ^[[0;36m(EngineCore_DP0 pid=70073)^[[0;0m
-    assert "pid 70073" in an.procs and an.procs["pid 70073"].name == "EngineCore_DP0"
+    assert "pid 70073" in an.proc_table.procs and an.proc_table.procs["pid 70073"].name == "EngineCore_DP0"
     an = _analyse(_field("vllm-6042.txt"))  # "  | " log-viewer prefix
-    recs = [r for r, _e, _k in an.watchdog]
+    recs = [r for r, _e, _k in an.incidents.watchdog]
     assert any(r.seq == 2 and r.last_enqueued == 2 and r.last_completed == 1 for r in recs)
-    assert any(d.exit_code == -6 for d, _e, _k in an.deaths)
+    assert any(d.exit_code == -6 for d, _e, _k in an.incidents.deaths)
 
 
 def test_topology_table_and_described_gpu_state_are_evidence() -> None:
@@ -123,8 +123,8 @@ def test_two_runs_in_one_paste_are_never_compared(tmp_path: Path) -> None:
                                      "Starting vLLM API server 0 on http://0.0.0.0:8000"]
                              + body) + "\n")
     an = _analyse(log)
-    assert an.run == 1 and an.earlier_runs[0].stage == "api-server-ready"
-    assert an.global_tracker.stage == "engine-init"
+    assert an.runs.run == 1 and an.runs.earlier_runs[0].stage == "api-server-ready"
+    assert an.runs.global_tracker.stage == "engine-init"
 
 
 @pytest.mark.parametrize("data", [b"", b"\x00\x01\x02\x03" * 4000])

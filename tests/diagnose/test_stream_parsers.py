@@ -191,7 +191,7 @@ def test_analysis_never_raises_on_bytes(b: bytes) -> None:
     an = LogAnalysis()
     an.feed_stream("fuzz.log", io.BytesIO(b))
     an.finish()
-    for p in an.procs.values():
+    for p in an.proc_table.procs.values():
         assert p.to_dict()["lines"] >= 0
 
 
@@ -234,9 +234,9 @@ def test_boring_call_sites_still_report_a_later_stall() -> None:
     an = LogAnalysis()
     an.feed_lines("s.log", rows)
     an.finish()
-    assert an.fast_lines > 100
-    assert an.shm_count == 1
-    p = an.procs["pid 1"]
+    assert an.sites.fast_lines > 100
+    assert an.incidents.shm_count == 1
+    p = an.proc_table.procs["pid 1"]
     assert p.tracker.current == "error" and p.first_error is not None
     assert p.first_error.line == 202 and p.lines == 204
 
@@ -264,4 +264,4 @@ def test_serving_chatter_runs_keep_their_last_line_and_line_numbers() -> None:
     assert st_.bulk_skipped == 99 and st_.metrics_nonzero_last == 102
     an = LogAnalysis()
     an.feed_stream("serve.log", io.BytesIO(data))
-    assert an.served and an.metrics_lines == 2 and an.zero_streak == 1 and an.zero_streak_open
+    assert an.serving.served and an.serving.metrics_lines == 2 and an.serving.zero_streak == 1 and an.serving.zero_streak_open

@@ -24,7 +24,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sm120kit.diagnose.catalogue.needles import needles
-from sm120kit.diagnose.catalogue.schema import CatalogueError, Entry, parse_file
+from sm120kit.diagnose.catalogue.schema import CatalogueError, Entry, read_file
+from sm120kit.diagnose.catalogue.signal import Cue, Signal, SignalTable
+from sm120kit.evidence.logs.cue import ProseCue
+from sm120kit.evidence.phases import STALL_MESSAGES
+
+#: the stall classifier's finer ids (heartbeat, engine-ready-timeout, gloo-timeout): written once
+#: in sm120kit.evidence.phases, which reads them without a catalogue
+_STALL_SIGNALS = tuple((fine, needle, rx) for _stall, fine, needle, rx in STALL_MESSAGES if fine)
 
 SHIPPED = Path(__file__).resolve().parent
 ENV = "SM120KIT_CATALOGUE"
@@ -65,6 +72,8 @@ def not_evidence(line: str) -> bool:
 class Catalogue:
     entries: dict[str, Entry] = field(default_factory=dict)
     files: list[str] = field(default_factory=list)
+    signals: dict[str, Signal] = field(default_factory=dict)
+    cues: dict[str, Cue] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.compile()
@@ -83,6 +92,15 @@ class Catalogue:
         self._needles = tuple(sorted(lits))
         self._gate = re.compile("|".join(f"(?:{p})" for p in rest)) if rest else None
         self._order = sorted(self.entries.values(), key=lambda e: (-e.priority, e.id))
+        self.table = SignalTable(list(self.signals.values()), _STALL_SIGNALS)
+
+    def prose_cues(self) -> dict[str, ProseCue]:
+        """The cues the analysis reads in what a person wrote (``cues.toml``)."""
+        return {cid: c.cue for cid, c in self.cues.items()}
+
+    def scan_line(self, line: str) -> list[tuple[str, re.Match[str]]]:
+        """The analysis' scanner: the signals a line holds, then the entries naming it."""
+        return self.table.hits(line) + self.scan(line)
 
     def passes(self, line: str) -> bool:
         for n in self._needles:
@@ -120,8 +138,10 @@ def load(extra: Iterable[str | Path] = (), environ: dict[str, str] | None = None
     cat = Catalogue()
     for root in paths:
         for f in _files(root):
-            for e in parse_file(f):
-                cat.entries[e.id] = e
+            got = read_file(f)
+            cat.entries.update((e.id, e) for e in got.entries)
+            cat.signals.update((sg.id, sg) for sg in got.signals)
+            cat.cues.update((c.id, c) for c in got.cues)
             cat.files.append(str(f))
     cat.compile()
     return cat
@@ -131,14 +151,28 @@ def load(extra: Iterable[str | Path] = (), environ: dict[str, str] | None = None
 
 
 def explain(cat: Catalogue, eid: str) -> dict[str, object]:
-    """One entry as a dict (``--explain ID``); ``CatalogueError`` naming the known ids."""
+    """One entry or signal as a dict (``--explain ID``); ``CatalogueError`` naming the known ids."""
     e = cat.get(eid)
+    sg = cat.signals.get(eid)
+    if e is None and sg is not None:
+        return {"id": sg.id, "signal": True, "about": sg.about,
+                "match": [f"{n} => {rx}" for n, rx in sg.match], "sources": sg.sources,
+                "file": sg.file}
     if e is None:
         raise CatalogueError(f"no catalogue entry {eid!r}; entries: {', '.join(sorted(cat.entries))}")
     return {"id": e.id, "category": e.category, "summary": e.summary, "confidence": e.confidence,
             "priority": e.priority, "phase": e.phase, "requires": e.requires or None,
             "patterns": e.patterns, "symptoms": e.symptoms, "excludes": e.excludes,
             "fix": e.fix, "sources": e.sources, "since": e.since or None,
-            "until": e.until or None, "file": e.file}
-__all__ = ["Catalogue", "CatalogueError", "Entry", "ENV", "PREFIX", "explain", "is_completion", "load",
+            "until": e.until or None, "when": _when(e), "file": e.file}
+
+
+def _when(e: Entry) -> list[str]:
+    """The entry's conditions, one "key: value" each (``--explain``)."""
+    w = e.conditions()
+    pairs = (("with", w.with_), ("with_any", w.with_any), ("without", w.without),
+             ("phase", w.phase), ("stalled", w.stalled), ("topology", w.topology))
+    return [f"{k}: {', '.join(v) if isinstance(v, tuple) else str(v).lower()}"
+            for k, v in pairs if v not in ((), None)]
+__all__ = ["Catalogue", "CatalogueError", "Cue", "Entry", "Signal", "ENV", "PREFIX", "explain", "is_completion", "load",
            "not_evidence"]

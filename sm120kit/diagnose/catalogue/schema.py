@@ -8,22 +8,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sm120kit.diagnose.catalogue.conditions import When, parse_when
+from sm120kit.diagnose.catalogue.errors import CatalogueError
+from sm120kit.diagnose.catalogue.signal import Cue, Signal, parse_cue, parse_signal
 from sm120kit.diagnose.categories import CATEGORIES, FIELD_PHASES
-from sm120kit.errors import UserError
+from sm120kit.report import clip_words
 
 ROLES = ("cause", "position", "effect")
 GATES = ("", "stall")
 _ID = re.compile(r"^[a-z0-9][a-z0-9-]{1,63}$")
 _STR_LISTS = ("patterns", "symptoms", "excludes", "sources", "examples")
 _KEYS = {"id", "category", "summary", "confidence", "priority", "phase", "fix", "since", "until",
-         "requires", "role", *_STR_LISTS}
-
-
-class CatalogueError(UserError):
-    """A catalogue file or entry that cannot be used (exit 2)."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, hint="see docs/diagnose.md#the-catalogue for the entry keys")
+         "requires", "role", "when", *_STR_LISTS}
 
 
 @dataclass
@@ -44,6 +40,7 @@ class Entry:
     examples: list[str] = field(default_factory=list)
     since: str = ""
     until: str = ""
+    when: When | None = None  # conditions on the rest of the input (catalogue/conditions.py)
     file: str = ""
     _rx: list[re.Pattern[str]] = field(default_factory=list, repr=False)
     _ex: list[re.Pattern[str]] = field(default_factory=list, repr=False)
@@ -58,6 +55,19 @@ class Entry:
 
     def is_symptom(self, line: str) -> bool:
         return any(rx.search(line) for rx in self._sym)
+
+    def conditions(self) -> When:
+        """``when``; ``requires = "stall"`` (the older key) is ``stalled = true``."""
+        return self.when or (When(stalled=True) if self.requires == "stall" else When())
+
+    def summary_for(self, text: str) -> str:
+        """``{line}``: the matched message; ``{name}``: a named group of the entry's pattern."""
+        msg = text.split("] ")[-1].strip()
+        out = self.summary.replace("{line}", clip_words(msg, 240))
+        m = self.match(text) if "{" in out else None
+        for k, v in (m.groupdict() if m is not None else {}).items():
+            out = out.replace("{" + k + "}", v or "?")
+        return out
 
 
 def _compile(where: str, key: str, pats: list[str]) -> list[re.Pattern[str]]:
@@ -109,7 +119,8 @@ def parse_entry(where: str, raw: Any, file: str) -> Entry:
         raise CatalogueError(f"{where}: key 'entry': each [[entry]] is a table")
     _check_types(where, raw)
     _check_values(where, raw)
-    e = Entry(**{k: v for k, v in raw.items()}, file=file)
+    when = parse_when(where, raw.get("when"))
+    e = Entry(**{k: v for k, v in raw.items() if k != "when"}, when=when, file=file)
     e.confidence = float(e.confidence)
     e._rx = _compile(where, "patterns", e.patterns)
     e._ex = _compile(where, "excludes", e.excludes)
@@ -117,25 +128,59 @@ def parse_entry(where: str, raw: Any, file: str) -> Entry:
     return e
 
 
-def parse_file(path: Path) -> list[Entry]:
+@dataclass
+class CatalogueFile:
+    entries: list[Entry]
+    signals: list[Signal]
+    cues: list[Cue]
+
+
+def read_file(path: Path) -> CatalogueFile:
+    """The ``[[entry]]``, ``[[signal]]`` and ``[[cue]]`` tables of one catalogue file."""
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
         raise CatalogueError(f"{path}: cannot read ({exc})") from None
     except tomllib.TOMLDecodeError as exc:
         raise CatalogueError(f"{path}: not valid TOML ({exc})") from None
-    extra = sorted(set(data) - {"entry"})
+    extra = sorted(set(data) - {"entry", "signal", "cue"})
     if extra:
-        raise CatalogueError(f"{path}: key '{extra[0]}': only [[entry]] tables are allowed")
-    raw = data.get("entry", [])
+        raise CatalogueError(f"{path}: key '{extra[0]}': only [[entry]], [[signal]] and [[cue]] "
+                             "tables are allowed")
+    cues = [parse_cue(where, r, str(path)) for where, r in _tables(path, "cue", data.get("cue", []))]
+    return CatalogueFile(_entries(path, data.get("entry", [])),
+                         _signals(path, data.get("signal", [])), cues)
+
+
+def _tables(path: Path, key: str, raw: Any) -> list[tuple[str, Any]]:
     if not isinstance(raw, list):
-        raise CatalogueError(f"{path}: key 'entry': use [[entry]] tables")
-    out, seen = [], set()
-    for i, r in enumerate(raw):
-        where = f"{path}: entry {i + 1}" + (f" ({r.get('id')})" if isinstance(r, dict) else "")
+        raise CatalogueError(f"{path}: key '{key}': use [[{key}]] tables")
+    return [(f"{path}: {key} {i + 1}" + (f" ({r.get('id')})" if isinstance(r, dict) else ""), r)
+            for i, r in enumerate(raw)]
+
+
+def _entries(path: Path, raw: Any) -> list[Entry]:
+    out: list[Entry] = []
+    seen: set[str] = set()
+    for where, r in _tables(path, "entry", raw):
         e = parse_entry(where, r, str(path))
         if e.id in seen:
             raise CatalogueError(f"{where}: key 'id': {e.id!r} appears twice in this file")
         seen.add(e.id)
         out.append(e)
     return out
+
+
+def _signals(path: Path, raw: Any) -> list[Signal]:
+    out: list[Signal] = []
+    for where, r in _tables(path, "signal", raw):
+        s = parse_signal(where, r, str(path))
+        if any(x.id == s.id for x in out):
+            raise CatalogueError(f"{where}: key 'id': {s.id!r} appears twice in this file")
+        out.append(s)
+    return out
+
+
+def parse_file(path: Path) -> list[Entry]:
+    """The ``[[entry]]`` tables of one catalogue file."""
+    return read_file(path).entries

@@ -11,20 +11,15 @@ ranks only, or a report that names the autotuner and a hang.
 
 from __future__ import annotations
 
-import re
-
 from sm120kit.diagnose.rules.base import Finding, Rule, RuleContext, field_phase
 
 _NEAR = ("autotune", "kernel-warmup", "cuda-graph-capture")
-# a report that mentions autotune to exclude it
-_RULED_OUT = re.compile(r"(?i)ruled out|not (?:the )?(?:slow )?\w*\s?autotun|n't \w+ autotun|"
-                        r"disabl\w* (?:the )?\w*\s?autotun|autotun\w* (?:is |was )?(?:off|disabled)")
 
 
 def check(ctx: RuleContext) -> list[Finding]:
-    lg = ctx.logs
+    lg = ctx.facts
     tune = ctx.hits("autotuner-start") + ctx.hits("sm120-autotune-leader") + [
-        e for e in ctx.hits("autotune-mention") if not _RULED_OUT.search(e.text)]
+        e for e in ctx.hits("autotune-mention") if not ctx.says("autotune-ruled-out", e.text)]
     loaded = ctx.hits("sm120-autotune-loaded")
     stack_tune = []
     if ctx.bundle is not None:
@@ -34,14 +29,14 @@ def check(ctx: RuleContext) -> list[Finding]:
         return []
     if ctx.dcp() > 1 and (ctx.hits("sm120-autotune-leader") or ctx.hits("sparse-mla-warmup")):
         return []  # the SM120 sparse-MLA DCP warmup: dcp-warmup-stall names it
-    stage = lg.global_tracker.stage
+    stage = lg.phases.stage
     stuck = [p for p in ctx.workers() if p.tracker.stage in _NEAR]
     in_phase = stage in _NEAR or bool(stuck)
     hang = ctx.stalled() or bool(lg.described.symptoms)
     dead = any(p.death is not None for p in lg.procs.values())
     if not hang or dead or not (in_phase or stack_tune or lg.described.symptoms):
         return []
-    if lg.progressing_verdict() is not None and not lg.described.symptoms:
+    if lg.progress.progressing is not None and not lg.described.symptoms:
         return []
     parts = ["the ranks stalled around a per-rank autotune"]
     n = ctx.config.get("tp") or len(ctx.workers()) or 0
@@ -56,8 +51,8 @@ def check(ctx: RuleContext) -> list[Finding]:
         parts.append(f"DCP={ctx.dcp()}")
     ev = tune[:2] + loaded[:1] + [p.last for p in stuck[:2] if p.last is not None]
     ev += [ctx.described_ev(0)] if lg.described.symptoms else []
-    if lg.shm_waits:
-        ev.append(lg.shm_waits[-1][1])
+    if lg.waits.shm_waits:
+        ev.append(lg.waits.shm_waits[-1][1])
     conf = 0.75 + (0.1 if missing or stack_tune else 0.0)
     return [RULE.finding(conf, "; ".join(parts), ev, ranks=missing,
                          phase=field_phase(stage) or "autotune", role="cause",

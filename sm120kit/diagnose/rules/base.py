@@ -9,13 +9,15 @@ asymmetry > GPU state > configuration heuristics.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from sm120kit.diagnose.catalogue import Catalogue
 from sm120kit.diagnose.categories import CATEGORIES, FIELD_PHASES  # noqa: F401 (re-exported)
+from sm120kit.diagnose.facts import BundleFacts, StackView  # noqa: F401 (re-exported)
 from sm120kit.evidence.logs.analyze import Evidence, LogAnalysis, Proc
+from sm120kit.evidence.logs.facts import LogFacts, log_facts
 from sm120kit.models.kv import KvCapacity
 
 _FIELD_OF: dict[str, str] = {
@@ -46,95 +48,97 @@ TIER_CAP: dict[str, float] = {
 DOCS = "docs/diagnose.md"
 
 
-@dataclass
-class StackView:
-    """One process's main-thread position in a bundle (py-spy JSON or faulthandler)."""
+@dataclass(frozen=True)
+class InputSeen:
+    """What the input showed, as the catalogue's conditions read it (conditions.Seen)."""
 
-    pid: int
-    label: str | None = None
-    rank: int | None = None
-    role: str | None = None
-    state: str | None = None  # blocked | spinning | progressing | unknown
-    top: str | None = None
-    collective: str | None = None
-    sync: str | None = None
-    frames: list[str] = field(default_factory=list)  # "func (file:line)", innermost first
-    native: list[str] = field(default_factory=list)  # a --native sample's frames, innermost first
-    source: str = ""
-    node: str | None = None  # the Ray node folder (``nodes/<id>/``) of a multi-node bundle
+    hits: dict[str, list[Evidence]]
+    phases: frozenset[str]
+    stalled: bool
+    topology: frozenset[str]
 
-    @property
-    def waiting(self) -> bool:
-        """In a collective or a host sync (where every rank sits when a peer is missing)."""
-        return bool(self.collective or self.sync)
-
-
-@dataclass
-class BundleFacts:
-    stacks: list[StackView] = field(default_factory=list)
-    nvml: list[dict[str, Any]] = field(default_factory=list)  # snapshots
-    ras: list[tuple[str, str]] = field(default_factory=list)  # (member, text)
-    ras_json: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
-    flight: dict[str, Any] | None = None
-    flight_text: list[tuple[str, str]] = field(default_factory=list)
-    doctor: dict[str, Any] | None = None
-    timeline: dict[str, Any] | None = None
-    processes: dict[str, Any] = field(default_factory=dict)
-    collectors: list[dict[str, Any]] = field(default_factory=list)
-    env: dict[str, Any] = field(default_factory=dict)
-    stall: dict[str, Any] | None = None  # stall.json: the supervisor's stall record
-    #: multi-node (``collect --ray``) bundles: the manifest's per-node records (folder, status,
-    #: error, workers, collectors); empty for one host
-    nodes: list[dict[str, Any]] = field(default_factory=list)
+    def first(self, sid: str) -> Evidence | None:
+        ev = self.hits.get(sid)
+        return ev[0] if ev else None
 
 
 @dataclass
 class RuleContext:
+    """What a rule reads: the log facts (built once from the analysis), the bundle's facts, the
+    KV numbers and the catalogue. ``logs`` is the analysis itself, for the engine; rules read
+    ``facts``."""
+
     logs: LogAnalysis
     bundle: BundleFacts | None = None
     kv: KvCapacity | None = None  # KV numbers + effective DCP (sm120kit.evidence.kv)
     catalogue: Catalogue | None = None  # the failure-signature entries (diagnose.catalogue)
+    facts: LogFacts = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.facts = log_facts(self.logs)
 
     @property
-    def config(self) -> dict[str, Any]:
-        return self.logs.vs.config
+    def config(self) -> Mapping[str, Any]:
+        return self.facts.config
 
     @property
-    def versions(self) -> dict[str, Any]:
-        return self.logs.vs.versions
+    def versions(self) -> Mapping[str, Any]:
+        return self.facts.versions
 
     def dcp(self) -> int:
         v = self.config.get("dcp")
         return int(v) if isinstance(v, int) else 1
 
     def workers(self) -> list[Proc]:
-        return self.logs.workers()
+        return list(self.facts.workers)
 
     def hits(self, sid: str) -> list[Evidence]:
-        h = self.logs.signals.get(sid)
-        return list(h.evidence) if h else []
+        return self.facts.hits(sid)
 
     def values(self, sid: str) -> set[str]:
-        h = self.logs.signals.get(sid)
+        h = self.facts.signals.get(sid)
         return set(h.values) if h else set()
 
     def count(self, sid: str) -> int:
-        h = self.logs.signals.get(sid)
+        h = self.facts.signals.get(sid)
         return h.count if h else 0
 
     def described_ev(self, i: int) -> Evidence:
         """The i-th symptom a person described (prose), as evidence."""
-        src, line, text = self.logs.described.symptoms[i]
+        src, line, text = self.facts.described.symptoms[i]
         return Evidence(src, line, text)
 
     def stalled(self) -> bool:
         """Any sign that the run stopped making progress (waits, timeouts, deaths)."""
-        lg = self.logs
-        return bool(lg.shm_wait_open() or lg.watchdog or lg.rpc_timeouts or lg.deaths
+        f = self.facts
+        w = f.waits
+        return bool(w.shm_open or w.watchdog or w.rpc_timeouts or w.deaths
                     or self.count("engine-ready-timeout") or self.count("gloo-timeout")
-                    or lg.described.symptoms or lg.described.stacks
-                    or lg.stopped_excerpt() is not None or lg.zero_progress is not None
+                    or f.described.symptoms or f.described.stacks
+                    or f.progress.stopped_excerpt is not None
+                    or f.progress.zero_progress is not None
                     or (self.bundle is not None and self.bundle.stacks))
+
+    def seen(self) -> InputSeen:
+        f = self.facts
+        stages = {f.phases.stage} | {p.tracker.stage for p in f.workers}
+        topo = set()
+        if f.described.pcie_only() or self.count("pcie-only-said"):
+            topo.add("pcie")
+        if "NV" in f.described.links.values():
+            topo.add("nvlink")
+        return InputSeen({k: h.evidence for k, h in f.signals.items()},
+                         frozenset(s for s in stages if s is not None), self.stalled(),
+                         frozenset(topo))
+
+    def says(self, sid: str, text: str) -> bool:
+        """The catalogue's signal (or cue) ``sid`` matches ``text``, a line the rule holds."""
+        cat = self.catalogue
+        if cat is None:
+            return False
+        if sid in cat.cues:
+            return cat.cues[sid].cue.find(text) is not None
+        return cat.table.match(sid, text) is not None
 
 
 @dataclass
@@ -203,7 +207,7 @@ class Rule:
 
 def first_failing(ctx: RuleContext) -> Proc | None:
     """The process whose first error is earliest (time when known, then line order)."""
-    cands = [p for p in ctx.logs.procs.values() if p.first_error is not None]
+    cands = [p for p in ctx.facts.procs.values() if p.first_error is not None]
     if not cands:
         return None
 

@@ -11,23 +11,23 @@ from sm120kit.diagnose.rules.base import Finding, Rule, RuleContext
 
 
 def check(ctx: RuleContext) -> list[Finding]:
-    lg = ctx.logs
+    lg = ctx.facts
     cap = ctx.hits("cudagraph-capture")
-    in_capture = lg.global_tracker.stage == "cuda-graph-capture" or any(
+    in_capture = lg.phases.stage == "cuda-graph-capture" or any(
         p.tracker.stage == "cuda-graph-capture" for p in ctx.workers())
     failed = bool(lg.failures)
     hang = ctx.stalled() or bool(lg.described.symptoms)
     if not (in_capture or cap) or not (failed or hang):
         return []
-    if lg.progressing_verdict() is not None and not lg.described.symptoms:
+    if lg.progress.progressing is not None and not lg.described.symptoms:
         return []
     ev = cap[:2]
     if lg.failures:
         ev += lg.failures[:1]
     if lg.described.symptoms:
         ev.append(ctx.described_ev(0))
-    if lg.progress is not None and lg.progress[0] == "cuda-graph-capture":
-        ev.append(lg.progress[3])
+    if lg.progress.bar is not None and lg.progress.bar[0] == "cuda-graph-capture":
+        ev.append(lg.progress.bar[3])
     what = "failed" if failed else "stopped making progress"
     return [RULE.finding(
         0.7 if in_capture else 0.5, f"the run {what} during CUDA-graph capture", ev[:5],

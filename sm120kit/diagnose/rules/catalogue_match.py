@@ -1,8 +1,10 @@
 """Findings from the failure-signature catalogue (``sm120kit/diagnose/catalogue/*.toml``).
 
 One finding per category that an entry's patterns matched: the entry of the highest priority
-(then confidence) names it, the other entries of that category add evidence. An entry that
-``requires = "stall"`` counts only when the run was also seen to stop.
+(then confidence) names it, the other entries of that category add evidence. An entry's
+conditions (``when``: ``with``, ``with_any``, ``without``, ``phase``, ``stalled``, ``topology``;
+``requires = "stall"`` is ``stalled = true``) must hold on the same input; the first line of each
+``with`` id joins its evidence.
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ from __future__ import annotations
 from sm120kit.diagnose.catalogue import PREFIX, Entry
 from sm120kit.diagnose.rules.base import Finding, Rule, RuleContext, field_phase
 from sm120kit.evidence.logs.analyze import Evidence
-from sm120kit.report import clip_words
 
 
 def matched(ctx: RuleContext) -> list[tuple[Entry, list[Evidence]]]:
@@ -18,14 +19,20 @@ def matched(ctx: RuleContext) -> list[tuple[Entry, list[Evidence]]]:
     cat = ctx.catalogue
     if cat is None:
         return []
-    out = []
-    for sid, hits in ctx.logs.signals.items():
+    out, beside = [], {}
+    seen = ctx.seen()
+    for sid, hits in ctx.facts.signals.items():
         e = cat.get(sid) if sid.startswith(PREFIX) else None
-        if e is None or not hits.evidence or (e.requires == "stall" and not ctx.stalled()):
+        if e is None or not hits.evidence:
+            continue
+        more = e.conditions().holds(seen)
+        if more is None:
             continue
         out.append((e, list(hits.evidence)))
+        beside[e.id] = more
     out.sort(key=lambda x: (-x[0].priority, -x[0].confidence, x[0].id))
-    return _one_cause_per_line(out)
+    return [(e, ev + [x for x in beside[e.id] if x not in ev])
+            for e, ev in _one_cause_per_line(out)]
 
 
 def _one_cause_per_line(found: list[tuple[Entry, list[Evidence]]]
@@ -40,11 +47,6 @@ def _one_cause_per_line(found: list[tuple[Entry, list[Evidence]]]
     return [(e, ev) for e, ev in kept if ev]
 
 
-def _summary(e: Entry, ev: Evidence) -> str:
-    msg = ev.text.split("] ")[-1].strip()
-    return e.summary.replace("{line}", clip_words(msg, 240))
-
-
 def check(ctx: RuleContext) -> list[Finding]:
     by_cat: dict[str, tuple[Entry, list[Evidence]]] = {}
     for e, ev in matched(ctx):
@@ -54,10 +56,10 @@ def check(ctx: RuleContext) -> list[Finding]:
             by_cat[e.category] = (e, list(ev))
     out = []
     for e, ev in by_cat.values():
-        phase = e.phase or field_phase(ctx.logs.global_tracker.stage)
+        phase = e.phase or field_phase(ctx.facts.phases.stage)
         # a line that states the error is dead-rank evidence; a weak entry (configuration seen
         # beside a stall) ranks as a heuristic
-        f = RULE.finding(e.confidence, _summary(e, ev[0]), ev[:5], fix=e.fix,
+        f = RULE.finding(e.confidence, e.summary_for(ev[0].text), ev[:5], fix=e.fix,
                          category=e.category, phase=phase, role=e.role,  # type: ignore[arg-type]
                          tier="dead-rank" if e.confidence >= 0.5 else "config")
         f.rule = e.id

@@ -22,14 +22,14 @@ def check(ctx: RuleContext) -> list[Finding]:
     ready = ctx.hits("engine-ready-timeout") + ctx.hits("engine-init-failed-empty")
     if not ready:
         return []
-    lg = ctx.logs
+    lg = ctx.facts
     jit = ctx.hits("jit-compile") + ctx.hits("engine-ready-env")
-    stage = lg.global_tracker.stage
+    stage = lg.phases.stage
     workers = [p.tracker.stage for p in ctx.workers() if p.tracker.stage in _SLOW]
     if stage not in _SLOW and workers:
         stage = workers[0]
     compiling = stage in _SLOW or bool(jit)
-    died = [d for d, _e, _k in lg.deaths]
+    died = [d for d, _e, _k in lg.waits.deaths]
     if died:
         return []  # a dead engine/worker is the cause; first-dead-rank names it
     phase = field_phase(stage) or "startup"
@@ -38,9 +38,9 @@ def check(ctx: RuleContext) -> list[Finding]:
         return [RULE.finding(
             0.8, "the frontend gave up waiting for the engine" + where + (
                 " (JIT / compile evidence before the timeout)" if jit else "")
-            + ": a cold start longer than VLLM_ENGINE_READY_TIMEOUT_S, not a hang", ready[:1] + jit[:2] + ([lg.shm_waits[-1][1]] if lg.shm_waits else []),
+            + ": a cold start longer than VLLM_ENGINE_READY_TIMEOUT_S, not a hang", ready[:1] + jit[:2] + ([lg.waits.shm_waits[-1][1]] if lg.waits.shm_waits else []),
             phase=phase, role="cause")]
-    ev = ready[:1] + ([lg.shm_waits[-1][1]] if lg.shm_waits else [])
+    ev = ready[:1] + ([lg.waits.shm_waits[-1][1]] if lg.waits.shm_waits else [])
     return [RULE.finding(
         0.5, "the engine never reported ready and no engine process exited: the wait for it "
         f"ran out during {phase}; without compile progress in the log this looks like a startup "

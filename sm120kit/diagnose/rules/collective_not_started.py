@@ -14,23 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 from sm120kit.diagnose.rules.base import Finding, Rule, RuleContext
+from sm120kit.diagnose.rules.flight_pending import pending
 from sm120kit.evidence.logs.analyze import Evidence
-
-
-def _pending(flight: dict[str, Any] | None) -> tuple[dict[int, list[dict[str, Any]]], list[Any]]:
-    """rank -> pending FR entries, plus the ranks that never joined (any group)."""
-    per: dict[int, list[dict[str, Any]]] = {}
-    not_joined: list[Any] = []
-    for g in (flight or {}).get("groups") or []:
-        summ = g.get("summary") if isinstance(g, dict) else None
-        if not isinstance(summ, dict):
-            continue
-        not_joined += list(summ.get("not_joined") or [])
-        for rank, info in (summ.get("per_rank") or {}).items():
-            if isinstance(info, dict) and str(rank).isdigit():
-                per.setdefault(int(rank), []).extend(
-                    p for p in info.get("pending") or [] if isinstance(p, dict))
-    return per, not_joined
 
 
 def check(ctx: RuleContext) -> list[Finding]:
@@ -39,7 +24,7 @@ def check(ctx: RuleContext) -> list[Finding]:
     ev: list[Evidence] = []
     ranks: list[int] = []
     b = ctx.bundle
-    per, not_joined = _pending(b.flight if b is not None else None)
+    per, not_joined = pending(b.flight if b is not None else None)
     seqs: set[Any] = set()
     if per and not not_joined:
         first = {r: (ps[0] if ps else None) for r, ps in per.items()}
@@ -51,7 +36,7 @@ def check(ctx: RuleContext) -> list[Finding]:
                 ev.append(Evidence("flight/index.json", 0,
                                    f"rank(s) {ranks}: {p0.get('op')} #{p0.get('seq')} of PG "
                                    f"{p0.get('pg')} state 'scheduled' (enqueued, never started)"))
-    wd = ctx.logs.watchdog
+    wd = ctx.facts.waits.watchdog
     wd_seqs = {r.seq for r, _e, _k in wd if r.seq is not None}
     if ev and wd and (wd_seqs <= seqs or not seqs):
         ev += [e for _r, e, _k in wd[:2]]

@@ -51,7 +51,7 @@ def check(ctx: RuleContext) -> list[Finding]:
         if wait is None or gpu is None:
             continue
         ph = next((p for p in ((rows.get(s.pid) or {}).get("phase"), (b.timeline or {}).get(
-            "current_phase"), ctx.logs.global_tracker.stage) if p and p not in _NOT_PHASES), None)
+            "current_phase"), ctx.facts.phases.stage) if p and p not in _NOT_PHASES), None)
         who = f"rank {s.rank}" if s.rank is not None else (s.label or f"pid {s.pid}")
         native = not wait.endswith(")")
         out.append(RULE.finding(

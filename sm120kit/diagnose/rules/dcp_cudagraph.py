@@ -12,7 +12,7 @@ def check(ctx: RuleContext) -> list[Finding]:
     full = ctx.hits("cudagraph-full")
     ws = ctx.workers()
     serving = any(p.tracker.stage in ("serving", "api-server-ready") for p in ws) or (
-        ctx.logs.global_tracker.stage == "serving")
+        ctx.facts.phases.stage == "serving")
     if not full or not serving:
         return []
     return [RULE.finding(

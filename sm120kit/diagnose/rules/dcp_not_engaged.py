@@ -12,7 +12,7 @@ def check(ctx: RuleContext) -> list[Finding]:
     kv = ctx.kv
     if kv is None or not kv.not_engaged:
         return []
-    ev = [Evidence("kv-cache", 0, line) for line in ctx.logs.kv.lines[-3:]]
+    ev = [Evidence("kv-cache", 0, line) for line in ctx.facts.kv.lines[-3:]]
     return [RULE.finding(
         0.85, f"decode context parallelism did not engage: {kv.note}; the KV pool holds "
         f"{kv.tokens:,} tokens ({kv.max_concurrency}x at {kv.max_model_len:,})"

@@ -22,7 +22,7 @@ def check(ctx: RuleContext) -> list[Finding]:
     workers = ctx.workers()
     # the stage each rank stopped in (a later watchdog/error line does not hide it)
     stuck = [p for p in workers if p.tracker.stage in _WARM]
-    glob = ctx.logs.global_tracker.stage
+    glob = ctx.facts.phases.stage
     in_warm = bool(stuck) or glob in _WARM
     leader = ctx.hits("sm120-autotune-leader")
     warm = ctx.hits("sparse-mla-warmup") + ctx.hits("autotuner-start")
@@ -38,8 +38,8 @@ def check(ctx: RuleContext) -> list[Finding]:
     loaded = {int(v) for v in ctx.values("sm120-autotune-loaded") if v.isdigit()}
     ev: list[Evidence] = list(leader[:1]) + warm[:2]
     ev += [p.last for p in stuck[:4] if p.last is not None]
-    if ctx.logs.shm_waits:
-        ev.append(ctx.logs.shm_waits[-1][1])
+    if ctx.facts.waits.shm_waits:
+        ev.append(ctx.facts.waits.shm_waits[-1][1])
     ranks = sorted(p.rank for p in stuck if p.rank is not None)
     n = ctx.config.get("tp") or len(workers)
     missing = sorted(set(range(int(n))) - loaded) if loaded and isinstance(n, int) else []

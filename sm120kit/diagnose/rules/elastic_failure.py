@@ -32,11 +32,10 @@ def _describe(f: ElasticFailure) -> str:
 
 
 def check(ctx: RuleContext) -> list[Finding]:
-    es = ctx.logs.elastic
-    root = es.root
+    root = ctx.facts.elastic_root
     if root is None:
         return []
-    ev = [root.ev] + [f.ev for f in es.failures if f is not root][:2]
+    ev = [root.ev] + [f.ev for f in ctx.facts.elastic if f is not root][:2]
     ranks = [root.rank] if root.rank is not None else []
     sig = root.signal
     conf = 0.5

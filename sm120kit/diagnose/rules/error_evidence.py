@@ -17,13 +17,13 @@ from sm120kit.report import clip_words
 
 
 def check(ctx: RuleContext) -> list[Finding]:
-    lg = ctx.logs
+    lg = ctx.facts
     d = lg.described
     if not lg.failures:
         if lg.last_text is not None and announces_long_step(lg.last_text.text):
             return []  # the last line says the step takes minutes: progressing (engine verdict)
         said = d.symptoms[:2] + d.complaints[:2]
-        stop = lg.stopped_excerpt()
+        stop = lg.progress.stopped_excerpt
         if not said and stop is not None and lg.last_text is not None:
             done = is_completion(lg.last_text.text)  # "torch.compile takes 4.5 s in total"
             return [RULE.finding(
@@ -37,7 +37,7 @@ def check(ctx: RuleContext) -> list[Finding]:
                     "PID`).")]
         if not said:
             return []
-        stage = lg.global_tracker.stage
+        stage = lg.phases.stage
         phase = field_phase(stage)
         ends = f"; the quoted log ends in {stage}" if stage else ""
         return [RULE.finding(
@@ -46,7 +46,7 @@ def check(ctx: RuleContext) -> list[Finding]:
             role="effect")]
     root = _root(ctx)
     n = lg.failure_count
-    phase = field_phase(lg.global_tracker.stage)
+    phase = field_phase(lg.phases.stage)
     more = f" (and {n - 1} more failure line(s))" if n > 1 else ""
     return [RULE.finding(
         0.35, f"the log records a failure no catalogue entry or rule recognises: "
@@ -61,7 +61,7 @@ def _root(ctx: RuleContext) -> Evidence:
     p = first_failing(ctx)
     if p is not None and p.exception_ev is not None:
         return p.exception_ev
-    return ctx.logs.failures[0]
+    return ctx.facts.failures[0]
 
 
 RULE = Rule(

@@ -3,32 +3,15 @@
 from __future__ import annotations
 
 from sm120kit.diagnose.rules.base import Finding, Rule, RuleContext, field_phase, first_failing
-from sm120kit.evidence.logs.analyze import Evidence, Proc
+from sm120kit.diagnose.rules.dead_procs import death_only, failed_procs
+from sm120kit.evidence.logs.analyze import Evidence
 from sm120kit.report import clip_words
-
-_SECONDARY = ("Watchdog caught", "timed out", "Timeout", "shutting down", "died unexpectedly",
-              "EngineDeadError", "One or more workers failed", "failed to start",
-              "initialization failed", "DistBackendError", "watchdog", "Failed core proc",
-              "exit code: -6", "exit code -6")
-# exceptions that report another process's failure, not their own
-_EFFECT_TYPES = ("TimeoutError", "EngineDeadError", "DistBackendError", "RayTaskError",
-                 "EngineCoreError", "ChildFailedError")  # torchrun's: a child failed
 
 
 def check(ctx: RuleContext) -> list[Finding]:
-    lg = ctx.logs
-    def failed(procs: list[Proc]) -> list[Proc]:
-        return [p for p in procs if p.death is not None or p.exception is not None
-                or (p.first_error is not None and (p.stalls.get("worker-died") or p.traceback))]
-
-    # workers first; the engine core, then the API server only when no worker failed (their
-    # errors usually report a worker's failure)
-    dead: list[Proc] = []
-    for roles in (("worker", "main"), ("engine-core", "other"), ("api-server",)):
-        dead = failed([p for p in lg.procs.values() if p.role in roles])
-        if dead:
-            break
-    if not dead and not lg.deaths:
+    lg = ctx.facts
+    dead = failed_procs(lg)
+    if not dead and not lg.waits.deaths:
         return []
     p = first_failing(ctx) if dead else None
     if p is None or p not in dead:
@@ -36,37 +19,29 @@ def check(ctx: RuleContext) -> list[Finding]:
         p = min(cand, key=lambda q: q.first_error_order) if cand else None
     ev: list[Evidence] = []
     if p is None:
-        d, e, _k = lg.deaths[0]
-        who = d.proc or (f"rank {d.rank}" if d.rank is not None else "a worker")
-        code = f" (exit code {d.exit_code})" if d.exit_code is not None else ""
-        return [RULE.finding(0.8 if d.exit_code not in (-6, 134) else 0.5,
-                             f"{who} died{code}; no traceback of it is in the log"
-                             + (" (SIGABRT: usually the watchdog taking the process down after a "
-                                "collective timed out)" if d.exit_code in (-6, 134) else ""), [e],
-                             ranks=[d.rank] if d.rank is not None else [],
-                             role="effect" if d.exit_code in (-6, 134) else "position")]
+        return death_only(RULE, lg.waits.deaths[0])
     if p.first_error is not None:
         ev.append(p.first_error)
     if p.exception_ev is not None and p.exception_ev is not p.first_error:
         ev.append(p.exception_ev)
     if p.death is not None:
         ev.append(p.death)
-    for _d, e, _k in lg.deaths[:2]:
+    for _d, e, _k in lg.waits.deaths[:2]:
         if e not in ev:
             ev.append(e)
     what = f"{p.exception[0]}: {p.exception[1]}" if p.exception else (
         "a traceback whose exception line is not in the input" if p.traceback else
         p.first_error.text if p.first_error else "an error")
-    stage = p.tracker.stage or lg.global_tracker.stage
+    stage = p.tracker.stage or lg.phases.stage
     phase = field_phase(stage)
     where = phase or "startup"
-    if p.role != "worker" and lg.served:
+    if p.role != "worker" and lg.progress.served:
         where, phase = "serving", "serving"
     etype = p.exception[0].rsplit(".", 1)[-1] if p.exception else ""
-    if etype in _EFFECT_TYPES or any(s in what for s in _SECONDARY):
+    if ctx.says("effect-exception-type", etype) or ctx.says("effect-report", what):
         # a timeout / dead-engine / watchdog exception reports that something else stopped:
         # the failing process is not the one that hung or crashed
-        rpc = etype == "TimeoutError" and (ctx.hits("rpc-dequeue") or lg.rpc_timeouts)
+        rpc = etype == "TimeoutError" and (ctx.hits("rpc-dequeue") or lg.waits.rpc_timeouts)
         desc = ("the engine's RPC to the workers timed out: a worker stopped answering (it hung "
                 "mid-step), it did not crash" if rpc else
                 f"{p.label} reports a failure elsewhere ({clip_words(what, 200)}); the cause is earlier in "

@@ -23,18 +23,18 @@ _INIT_WORDS = ("NCCL", "nccl", "TCPStore", "communicator", "init_process_group",
 
 def check(ctx: RuleContext) -> list[Finding]:
     named = ctx.hits("gpu-virt")
-    lg = ctx.logs
-    if not named or lg.global_tracker.stage == "serving" or lg.served:
+    lg = ctx.facts
+    if not named or lg.phases.stage == "serving" or lg.progress.served:
         return []
-    failed = bool(lg.failures) or bool(lg.deaths)
+    failed = bool(lg.failures) or bool(lg.waits.deaths)
     if not (failed or ctx.stalled()):
         return []
     texts = [e.text for e in lg.failures[:8]] + [t for _s, _l, t in lg.described.symptoms[:4]]
-    at_init = lg.global_tracker.stage in (None, "engine-init", "nccl-init") or any(
+    at_init = lg.phases.stage in (None, "engine-init", "nccl-init") or any(
         w in t for t in texts for w in _INIT_WORDS)
     if not at_init:
         return []
-    ev: list[Evidence] = named[:2] + (lg.failures[:2] if failed else [])
+    ev: list[Evidence] = named[:2] + (list(lg.failures[:2]) if failed else [])
     how = "failed" if failed else "stopped"
     return [RULE.finding(
         0.6, f"the multi-GPU start {how} at process-group / NCCL init under a GPU-sharing "

@@ -41,7 +41,7 @@ def check(ctx: RuleContext) -> list[Finding]:
         if len(ws) >= 2 and all(s.waiting for s in ws):
             all_wait = True
             st_ev = [Evidence(s.source, 0, f"{s.label or s.pid}: {s.frames[0]}") for s in ws[:3]]
-    wd = ctx.logs.watchdog
+    wd = ctx.facts.waits.watchdog
     same_seq = False
     if wd:
         seqs = {r.seq for r, _e, _k in wd if r.seq is not None}

@@ -33,7 +33,7 @@ def check(ctx: RuleContext) -> list[Finding]:
     kv: list[Evidence] = []
     avail = _available(ctx)
     tiny = avail is not None and avail < 0.5
-    if not kv and not (tiny and ctx.logs.failures):
+    if not kv and not (tiny and ctx.facts.failures):
         return []
     spec = ctx.config.get("speculative_method") or ctx.config.get("mtp") or ctx.count("spec-config")
     dcp = ctx.dcp()

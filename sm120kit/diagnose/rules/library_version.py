@@ -38,7 +38,7 @@ def _old_nccl(ctx: RuleContext) -> tuple[str, list[Evidence]] | None:
     """The oldest NCCL the input names, when it is older than 2.27 on an SM120 box that failed."""
     cc = str(ctx.versions.get("compute_capability") or "")
     sm120 = cc.startswith("12") or bool(ctx.hits("sm120-gpu"))
-    failed = ctx.stalled() or bool(ctx.logs.failures) or bool(ctx.logs.described.complaints)
+    failed = ctx.stalled() or bool(ctx.facts.failures) or bool(ctx.facts.described.complaints)
     if not (sm120 and failed):
         return None
     cands: list[tuple[tuple[int, ...], str, list[Evidence]]] = []

@@ -12,7 +12,7 @@ def check(ctx: RuleContext) -> list[Finding]:
     out: list[Finding] = []
     if not ctx.stalled():
         return out
-    for comm, per in ctx.logs.nccl_ops.items():
+    for comm, per in ctx.facts.nccl.ops.items():
         if len(per) < 2:
             continue
         counts = {k: v[0] for k, v in per.items()}
@@ -21,7 +21,7 @@ def check(ctx: RuleContext) -> list[Finding]:
         if hi == lo:
             continue
         behind = [k for k, c in counts.items() if c == lo]
-        procs = [ctx.logs.procs[k] for k in behind if k in ctx.logs.procs]
+        procs = [ctx.facts.procs[k] for k in behind if k in ctx.facts.procs]
         ranks = sorted(p.rank for p in procs if p.rank is not None)
         ev = [per[k][2] for k in behind][:3] + [v[2] for k, v in per.items() if v[0] == hi][:2]
         who = ", ".join(p.label for p in procs) or ", ".join(behind)

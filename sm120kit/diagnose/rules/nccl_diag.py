@@ -9,7 +9,7 @@ from sm120kit.evidence.logs.analyze import Evidence
 
 
 def check(ctx: RuleContext) -> list[Finding]:
-    d = ctx.logs.nccl_diag
+    d = ctx.facts.nccl.diag
     if not d.p2p_failed:
         return []
     ev = [Evidence("nccl-diag", 0, line) for line in d.lines

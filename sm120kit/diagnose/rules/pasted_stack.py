@@ -19,7 +19,7 @@ _PHASE = (("capture", "capture"), ("warmup", "warmup"), ("autotun", "autotune"),
 
 
 def check(ctx: RuleContext) -> list[Finding]:
-    d = ctx.logs.described
+    d = ctx.facts.described
     stacks = [s for s in d.stacks if s[3]]
     if not stacks:
         return []

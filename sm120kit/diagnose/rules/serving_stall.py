@@ -15,33 +15,33 @@ _SERVING_RPC = ("sample_tokens", "execute_model", "execute_dummy_batch", "get_ou
 
 
 def check(ctx: RuleContext) -> list[Finding]:
-    lg = ctx.logs
+    lg = ctx.facts
     out: list[Finding] = []
-    rpc = [(m, e) for m, e, _k in lg.rpc_timeouts if m in _SERVING_RPC]
-    served = lg.served or lg.global_tracker.stage == "serving" or \
+    rpc = [(m, e) for m, e, _k in lg.waits.rpc_timeouts if m in _SERVING_RPC]
+    served = lg.progress.served or lg.phases.stage == "serving" or \
         any(p.tracker.stage == "serving" for p in lg.procs.values())
     if rpc and (served or rpc[0][0] == "sample_tokens"):
         m, e = rpc[0]
         out.append(RULE.finding(
             0.8, f"while serving, the engine's RPC `{m}` to the workers timed out: a worker "
             "stopped answering mid-step (a hung collective or kernel on some rank), it did not "
-            "crash at startup", [e] + lg.zero_streak_ev[-1:], phase="serving", role="position"))
-    streak = lg.zero_streak
-    if streak >= 2 and lg.zero_streak_open:
-        ev = lg.zero_streak_ev[:1] + lg.zero_streak_ev[-1:]
+            "crash at startup", [e, *lg.progress.zero_streak_ev[-1:]], phase="serving", role="position"))
+    streak = lg.progress.zero_streak
+    if streak >= 2 and lg.progress.zero_streak_open:
+        ev = [*lg.progress.zero_streak_ev[:1], *lg.progress.zero_streak_ev[-1:]]
         out.append(RULE.finding(
             0.7, f"generation throughput stayed at 0.0 tokens/s with requests running for "
             f"{streak} consecutive metrics intervals until the end of the log: the engine stopped "
             "making progress while serving", ev, phase="serving", role="position"))
-    elif streak >= 1 and lg.zero_streak_open and ctx.logs.described.symptoms and not rpc:
-        ev = lg.zero_streak_ev[-1:] + [ctx.described_ev(0)]
+    elif streak >= 1 and lg.progress.zero_streak_open and ctx.facts.described.symptoms and not rpc:
+        ev = [*lg.progress.zero_streak_ev[-1:], ctx.described_ev(0)]
         out.append(RULE.finding(
             0.6, "requests were running at 0.0 tokens/s and the reporter describes a hang: the "
             "server stalled while serving", ev, phase="serving", role="position"))
-    if lg.zero_progress is not None and not out:
+    if lg.progress.zero_progress is not None and not out:
         out.append(RULE.finding(
             0.55, "generation never started: the progress bar stays at 0 requests done with "
-            "0.00 tokens/s at the end of the log", [lg.zero_progress], phase="serving",
+            "0.00 tokens/s at the end of the log", [lg.progress.zero_progress], phase="serving",
             role="position"))
     return out
 

@@ -14,17 +14,17 @@ _STARTUP = ("model-load", "torch-compile", "kv-cache-profile", "kernel-warmup", 
 
 def check(ctx: RuleContext) -> list[Finding]:
     out: list[Finding] = []
-    lg = ctx.logs
-    if lg.rpc_timeouts:
+    lg = ctx.facts
+    if lg.waits.rpc_timeouts:
         jit = ctx.hits("jit-compile")
-        method, ev, _k = lg.rpc_timeouts[0]
+        method, ev, _k = lg.waits.rpc_timeouts[0]
         if jit:
             out.append(RULE.finding(
                 0.6, f"RPC call to {method} timed out after a JIT compile during inference: the "
                 "compile on one rank took longer than the RPC timeout", [ev] + jit[-2:],
                 fix="Raise VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS (default 300) and warm the JIT "
                     "cache before serving (`sm120kit warmup`)."))
-    for r, ev, _k in lg.watchdog:
+    for r, ev, _k in lg.waits.watchdog:
         if r.timeout_ms is not None and r.timeout_ms < 600000 and r.ran_ms is not None:
             phases = {p.tracker.stage for p in ctx.workers() if p.tracker.stage}
             if phases & set(_STARTUP) or r.timeout_ms < 60000:
@@ -42,14 +42,14 @@ def _ready_wait_during_load(ctx: RuleContext) -> list[Finding]:
     """The API server (the process that waits for the engine's READY) failed while a startup bar
     was still counting and had been running for most of the 600 s wait, and no engine or worker
     process failed: the wait ran out under a slow load (the exception line may be cut off)."""
-    lg = ctx.logs
+    lg = ctx.facts
     p = first_failing(ctx)
-    if p is None or p.role != "api-server" or lg.progress is None:
+    if p is None or p.role != "api-server" or lg.progress.bar is None:
         return []
-    what, done, tot, bar = lg.progress
-    clock = lg.progress_elapsed
+    what, done, tot, bar = lg.progress.bar
+    clock = lg.progress.elapsed
     secs = clock_seconds(clock) if clock else None
-    if done >= tot or secs is None or lg.global_tracker.stage not in _STARTUP:
+    if done >= tot or secs is None or lg.phases.stage not in _STARTUP:
         return []
     if secs < 0.9 * READY_WAIT_S or any(q.first_error is not None for q in lg.procs.values()
                                         if q.role in ("engine-core", "worker")):

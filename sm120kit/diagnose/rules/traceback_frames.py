@@ -12,7 +12,7 @@ CONFIDENCE = 0.4
 
 
 def check(ctx: RuleContext) -> list[Finding]:
-    tb = ctx.logs.tracebacks.first()
+    tb = ctx.facts.first_traceback
     if tb is None:
         return []
     hit = place(tb.frames)

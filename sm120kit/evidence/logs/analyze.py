@@ -8,7 +8,8 @@ capped (``MAX_RECORDS``), named signals keep the first ``MAX_SIGNAL_EVIDENCE`` h
 process, its errors), ``runs`` (launches and phase timelines), ``incidents`` (stall and death
 records), ``nccl`` (NCCL's own lines), ``book`` (named signals), ``fails`` (recorded failures),
 ``serving`` (metrics and progress bars), ``sites`` (boring call sites skip the parsers);
-``view.AnalysisView`` keeps their facts under the names rules and services read.
+``view.AnalysisView`` reads the verdicts from them; ``facts.log_facts`` hands rules and the
+engine typed facts, built once.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import re
 from collections.abc import Iterable
 from typing import IO, Any
 
+from sm120kit.evidence.logs.cue import Cues
 from sm120kit.evidence.logs.described import DescribedScan
 from sm120kit.evidence.logs.elastic import ElasticSummary
 from sm120kit.evidence.logs.engines import EngineSniffer
@@ -61,13 +63,16 @@ _EMBEDDED = re.compile(
 class LogAnalysis(AnalysisView):
     """Accumulated facts of every line fed so far."""
 
-    def __init__(self, scanner: Scanner | None = None) -> None:
+    def __init__(self, scanner: Scanner | None = None, cues: Cues | None = None) -> None:
+        """``scanner``: the named signals and signatures of a line; ``cues``: word cues (what a
+        person writes, failure words and statements, NCCL WARN faults: ``cue.CUE_IDS``); both
+        the diagnose catalogue's data."""
         self.proc_table = ProcTable()
         self.runs = Runs()
         self.incidents = Incidents()
-        self.nccl = NcclState()
+        self.nccl = NcclState(cues)
         self.book = SignalBook(scanner)
-        self.fails = Failures()
+        self.fails = Failures(cues)
         self.stats: dict[str, StreamStats] = {}
         self.serving = ServingView(self.stats)
         self.sites = CallSites()
@@ -75,7 +80,7 @@ class LogAnalysis(AnalysisView):
         self.kv = KvLines()  # vLLM's KV cache lines (sm120kit.models.kv)
         self.nccl_diag = NcclDiag()  # NCCL >= 2.31 'NCCL DIAG' report
         # what people describe: topology tables, GPU state, the symptom in words
-        self.described = DescribedScan()
+        self.described = DescribedScan(cues=dict(cues or {}))
         self.engines = EngineSniffer()  # which program wrote the log (engines.py)
         self.elastic = ElasticSummary()  # torchrun's failure summary (elastic.py)
         self.tracebacks = Tracebacks()  # each process's traceback frames (frames.py)

@@ -1,7 +1,8 @@
 """Evidence a person describes instead of logging: ``nvidia-smi topo -m`` / ``topo -p2p`` tables,
 GPU state in words or in an ``nvidia-smi`` table ("GPU utilization: 100%", "Power: approximately
 120 W", "96% @ 18 W"), and the symptom in prose ("hangs on the first all_reduce", "deadlocks",
-"stuck at 100% SM utilization").
+"stuck at 100% SM utilization"; the words of these cues are catalogue data,
+``diagnose/catalogue/cues.toml``, handed in as ``ProseCue`` objects).
 
 ``DescribedScan.feed(lineno, text)`` is called for every line the analysis parses; it keeps what
 it found in bounded lists. Lines are gated by cheap substring tests, so logs that contain none of
@@ -13,6 +14,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from sm120kit.evidence.logs.cue import DESCRIBED, ProseCue
+
 MAX_KEEP = 8
 # link types of `nvidia-smi topo -m`; p2p statuses of `nvidia-smi topo -p2p r|w|n|a|p`
 LINKS = frozenset({"X", "SYS", "NODE", "PHB", "PXB", "PIX", "SOC", "NV"})
@@ -22,36 +25,11 @@ PCIE_ONLY = frozenset({"SYS", "NODE", "PHB", "PXB", "PIX", "SOC"})
 _ROW = re.compile(r"^\s*GPU(?P<i>\d+)\s+(?P<cells>(?:(?:X|SYS|NODE|PHB|PXB|PIX|SOC|NV\d+|OK|CNS|GNS"
                   r"|TNS|NS|U)\s+){1,16}(?:X|SYS|NODE|PHB|PXB|PIX|SOC|NV\d+|OK|CNS|GNS|TNS|NS|U)?)")
 _HEAD = re.compile(r"^\s*GPU0\s+GPU1\b")
-_SYMPTOM = re.compile(
-    r"\b(?:hangs?|hanging|hung|deadlock(?:s|ed|ing)?|stuck|freez(?:e|es|ing)|frozen|wedged"
-    r"|never (?:returns|completes|finishes|progress\w*)|no progress|spin(?:s|ning)? (?:at|with) 100"
-    r"|hard-resets?|(?:requests?|generation) (?:hang|stall)\w*"
-    # "the vllm always stopped" / "it just stops there": the run stops making progress; not the
-    # person stopping it ("I just stopped the server", "we just stopped vllm") nor a stop with an
-    # object ("just stop the container", "keeps stopping my job")
-    r"|(?<!\bI )(?<!\bwe )(?<!\byou )(?:always|keeps?|just) stop(?:s|ped|ping)?"
-    r"(?! (?:the|it|working|serving|vllm|my|our|your|them|a|an|and restart\w*)\b))\b",
-    re.IGNORECASE)
-_SYMPTOM_GATE = ("ang", "ung", "eadlock", "tuck", "reez", "rozen", "edged", "never", "no progress",
-                 "pin", "reset", "tall", "stop")
-# vLLM's own shm_broadcast message says "some processes are hanging": not a user's description
-# a person saying something failed (prose lines only: log records have their own levels)
-_COMPLAINT = re.compile(
-    r"\b(?:crash(?:es|ed|ing)?|fail(?:s|ed|ing|ure)?|erro(?:r|rs)?|broken|does(?:n'?t| not) "
-    r"(?:work|start|load|respond|finish)|not working|won'?t (?:start|load)|unable to|keeps? "
-    r"waiting|(?:cannot|can'?t) (?:start|load|run|serve)|hard[- ]resets?|Application (?:hang|crash)"
-    r"|OOM|out of memory|kills?|killed)\b", re.IGNORECASE)
-_COMPLAINT_GATE = ("rash", "ail", "rro", "roken", "n't", "not ", "nable", "aiting", "eset",
-                   "pplication", "OOM", "emory", "ill")
 # a py-spy dump pasted as text: "Process 2403: VLLM::EngineCore" / "Thread 2403 (active)" then
 # "    func (file.py:123)" frames, innermost first
 _PYSPY_HEAD = re.compile(r"^\s*(?:Process (?P<pid>\d+): (?P<title>.+)|Thread (?P<tid>\d+) "
                          r"\((?P<state>active|idle)[^)]*\)(?:: \"(?P<name>[^\"]*)\")?)\s*$")
 _PYSPY_FRAME = re.compile(r"^\s+(?P<func>[\w.<>]+) \((?P<file>[\w./<>-]+):(?P<line>\d+)\)\s*$")
-_PRAISE = re.compile(r"(?i)\bsuccessful(?:ly)?\b|\bit works\b|\bworks (?:fine|well|now)\b")
-_NOT_SYMPTOM = ("typically happens", "Heartbeat", "is hanging or", "if you suspect")
-_NEGATED = re.compile(r"\b(?:not|no|never|without|n't)\b(?: \w+)? ?\W?(?:a |an )?(?=\w+$|\w+\W)",
-                      re.IGNORECASE)
 _UTIL = re.compile(
     r"(?:utili[sz]ation(?:\.gpu)?|util|GPU-Util|SM util\w*|GPU usage)\W{0,12}?(?P<u>\d{1,3}(?:\.\d+)?) ?%"
     r"|(?P<u2>\d{1,3}(?:\.\d+)?) ?% (?:SM |GPU |compute )?(?:util|usage|busy)"
@@ -93,17 +71,14 @@ class DescribedScan:
     complaint_count: int = 0
     # pasted py-spy dumps: (source, line of the header, title, frames "func (file:line)")
     stacks: list[tuple[str, int, str, list[str]]] = field(default_factory=list)
+    #: the prose cues by id (cue.DESCRIBED); none given: no words are read as cues
+    cues: dict[str, ProseCue] = field(default_factory=dict)
     _table: bool = False
     _stack: list[str] | None = None
 
     def feed_prose(self, source: str, lineno: int, text: str) -> None:
         """A line that is not a log record (no process/level prefix): what a person wrote."""
-        if ("ucc" in text or "orks" in text) and _PRAISE.search(text):
-            self.praise += 1
-        for g in _COMPLAINT_GATE:
-            if g in text:
-                self._complaint(source, lineno, text)
-                break
+        self._cues(source, lineno, text, True)
         if self._stack is not None and self._stack_frame(text):
             return
         if ("Process " in text or "Thread " in text) and len(self.stacks) < MAX_KEEP:
@@ -114,12 +89,22 @@ class DescribedScan:
                                                          or "").strip(), []))
                 self._stack = self.stacks[-1][3]
 
-    def _complaint(self, source: str, lineno: int, text: str) -> None:
-        m = _COMPLAINT.search(text)
-        if m and not _NEGATED.search(text, max(0, m.start() - 16), m.end()):
-            self.complaint_count += 1
-            if len(self.complaints) < MAX_KEEP:
-                self.complaints.append((source, lineno, text.strip()))
+    def _cues(self, source: str, lineno: int, text: str, prose: bool) -> None:
+        """Count the cues of this line kind (``lines = "prose"`` or ``"all"``) the text holds."""
+        for cid in DESCRIBED:
+            cue = self.cues.get(cid)
+            if cue is None or cue.prose_only != prose or cue.find(text) is None:
+                continue
+            if cid == "praise":
+                self.praise += 1
+                continue
+            kept = self.symptoms if cid == "symptom" else self.complaints
+            if cid == "symptom":
+                self.symptom_count += 1
+            else:
+                self.complaint_count += 1
+            if len(kept) < MAX_KEEP:
+                kept.append((source, lineno, text.strip()))
 
     def _stack_frame(self, text: str) -> bool:
         """A frame of the py-spy dump being read (True), or the line that ends it."""
@@ -138,17 +123,7 @@ class DescribedScan:
             self._topo(source, lineno, text)
         elif self._table and text.strip():
             self._table = False
-        low = None
-        for g in _SYMPTOM_GATE:
-            if g in text:
-                low = text
-                break
-        if low is not None and not any(n in text for n in _NOT_SYMPTOM):
-            m = _SYMPTOM.search(text)
-            if m and not _NEGATED.search(text, max(0, m.start() - 16), m.end()):
-                self.symptom_count += 1
-                if len(self.symptoms) < MAX_KEEP:
-                    self.symptoms.append((source, lineno, text.strip()))
+        self._cues(source, lineno, text, False)
         if "%" in text and ("til" in text or "sage" in text or "busy" in text or "W " in text
                             or " at " in text
                             or "W/" in text or "W |" in text):

@@ -4,35 +4,12 @@ from __future__ import annotations
 
 import re
 
+from sm120kit.evidence.logs.cue import Cues
 from sm120kit.evidence.logs.parsers import exception_line
 from sm120kit.evidence.logs.prefix import Origin
 from sm120kit.evidence.logs.procs import FRAME
 from sm120kit.evidence.logs.records import Evidence
 
-# what makes a line a recorded failure (besides ERROR/CRITICAL levels, glog E/F, tracebacks and
-# exception lines): timeouts, deaths, aborts, non-zero exits
-_FAIL = re.compile(
-    r"timed out|Timed out|[Tt]imeout at|TimeoutError|died\b|exit code:? -?[1-9]|exit(?:ed)? with "
-    r"(?:code|status) -?[1-9]|\bRC=[1-9]|_RC=[1-9]|\brc=[1-9]|returncode[ =:]+-?[1-9]"
-    r"|Aborted|Segmentation fault|core dumped|terminate called|Fatal Python error|\bFAILED\b"
-    r"|SIG(?:ABRT|SEGV|KILL|BUS)|EngineDeadError|initialization failed|failed to start"
-    r"|Watchdog caught|[Ww]atchdog timeout|Failed: Cuda error|[Hh]eartbeat monitor timed out|CUDA error|NCCL error|ncclSystemError"
-    r"|ncclInternalError|ncclUnhandledCudaError|ncclInvalidUsage|out of memory"
-    r"|actor is (?:already )?dead|state: DEAD\b")  # Ray core's own death notices (INFO level)
-_FAIL_GATE = ("imed out", "imeout", "died", "exit", "RC=", "rc=", "returncode", "Abort", "ault",
-              "dumped", "terminate", "Fatal", "FAILED", "SIG", "EngineDead", "failed", "atchdog",
-              "eartbeat", "error", "ncclSystem", "ncclInternal", "ncclUnhandled", "ncclInvalid",
-              "of memory", "dead", "DEAD")
-# failure statements in other shapes: Python logging / uvicorn level words ("ERROR:    Application
-# startup failed. Exiting."), Ray's wrapped exceptions ("ray.exceptions.RayTaskError(RuntimeError):
-# ray::..."), dotted exception types named for a failure ("torch._dynamo.exc.BackendCompilerFailed:
-# backend='inductor' raised:"), and the shell's job-control line for a killed/crashed job
-# ("[1]    12345 killed     vllm serve ...", "[1]+  Killed  vllm serve ...")
-_STATED = re.compile(
-    r"^(?:ERROR|CRITICAL|FATAL):\s"
-    r"|^(?:\w+\.)*\w+(?:Error|Exception)\(\w+\): "
-    r"|^(?:[a-z_]\w*\.)+[A-Z]\w*(?:Failed|Failure): "
-    r"|^\[\d+\][+-]?\s+(?:\d+\s+)?(?:[Kk]illed|[Ss]egmentation fault|[Aa]bort(?:ed)?|[Bb]us error)\s")
 KEEP = 8
 # advice states no failure: "If you are running out of memory, consider decreasing ..." (vLLM's
 # CUDA-graph hint on every start) is read without its advice clause, whatever its prefix
@@ -42,9 +19,13 @@ _ADVICE = re.compile(r"(?i)\b(?:if you (?:are|see|encounter|get|hit|run)|if (?:a
 
 
 class Failures:
-    def __init__(self) -> None:
+    def __init__(self, cues: Cues | None = None) -> None:
+        """``cues``: ``failure-words`` (timeouts, deaths, aborts, non-zero exits; catalogue
+        cues.toml) and ``failure-stated`` (failure statements in other shapes)."""
         self.failures: list[Evidence] = []
         self.failure_count = 0
+        self.words = (cues or {}).get("failure-words")
+        self.stated = (cues or {}).get("failure-stated")
 
     def note(self, ev: Evidence) -> None:
         self.failure_count += 1
@@ -53,28 +34,29 @@ class Failures:
 
     def feed(self, o: Origin, msg: str, text: str, ev: Evidence) -> None:
         """Record the line when it is a failure (a non-NCCL line; NCCL WARNs are judged apart)."""
-        if _is_failure(o, msg, text):
+        if self._is_failure(o, msg, text):
             self.note(ev)
 
+    def _is_failure(self, o: Origin, msg: str, text: str) -> bool:
+        if o.level in ("ERROR", "CRITICAL") or msg.startswith("Traceback"):
+            return True
+        if o.kind == "torch" and o.level is None and msg.startswith("[") and msg[1:2] in "EF":
+            return True
+        words = self.words
+        if o.level in ("INFO", "DEBUG"):  # an INFO line counts only for a death or timeout
+            return ("died" in msg or "imed out" in msg or "exit code" in msg or "dead" in msg
+                    or "DEAD" in msg) and words is not None and words.rx.search(msg) is not None
+        said = _ADVICE.sub("", text) if "f you" in text or "onsider" in text else text
+        if words is not None and words.find(said) is not None:
+            return True
+        if exception_line(msg) is not None or "AssertionError" in text or "Error: " in text:
+            return True
+        if self.stated is not None and self.stated.find(msg) is not None:
+            return True
+        return _frame(msg)
 
-def _is_failure(o: Origin, msg: str, text: str) -> bool:
-    if o.level in ("ERROR", "CRITICAL") or msg.startswith("Traceback"):
-        return True
-    if o.kind == "torch" and o.level is None and msg.startswith("[") and msg[1:2] in "EF":
-        return True
-    if o.level in ("INFO", "DEBUG"):
-        return ("died" in msg or "imed out" in msg or "exit code" in msg or "dead" in msg
-                or "DEAD" in msg) and _FAIL.search(msg) is not None
-    for g in _FAIL_GATE:
-        if g in text:
-            said = _ADVICE.sub("", text) if "f you" in text or "onsider" in text else text
-            if _FAIL.search(said):
-                return True
-            break
-    if exception_line(msg) is not None or "AssertionError" in text or "Error: " in text:
-        return True
-    if _STATED.match(msg):
-        return True
+
+def _frame(msg: str) -> bool:
     # traceback frames (their exception line may be cut off)
     return msg[:1] in " \tfF" and bool(FRAME.match(msg) or msg.startswith("frame #")
                                         or (msg.startswith('File "') and ", line " in msg))

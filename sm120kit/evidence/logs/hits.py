@@ -1,4 +1,5 @@
-"""Named signals of each line (ours and the diagnose catalogue's): counts, first evidence, values."""
+"""Named signals of each line (the diagnose catalogue's signals and entries, through the scanner
+the analysis is given): counts, first evidence, values."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ import re
 from collections.abc import Callable
 
 from sm120kit.evidence.logs.records import MAX_SIGNAL_EVIDENCE, Evidence, Proc, SignalHits
-from sm120kit.evidence.logs.signals import match_signals
 
 Scanner = Callable[[str], list[tuple[str, re.Match[str]]]]
 MAX_PROCS = 64
@@ -15,15 +15,16 @@ MAX_VALUES = 4096
 
 class SignalBook:
     def __init__(self, scanner: Scanner | None = None) -> None:
-        #: extra named signatures per line (the diagnose catalogue): ``line -> [(id, match)]``
+        #: named signals and signatures per line (the diagnose catalogue): ``line -> [(id, m)]``;
+        #: without one (tests of the parsers alone) no line has a named signal
         self.scanner = scanner
         self.signals: dict[str, SignalHits] = {}
         self.total = 0  # hits of every signal (a line that changed nothing has none)
 
     def feed(self, text: str, p: Proc, ev: Evidence) -> None:
-        hits = match_signals(text)
-        if self.scanner is not None:
-            hits += self.scanner(text)
+        if self.scanner is None:
+            return
+        hits = self.scanner(text)
         for sid, m in hits:
             h = self.signals.get(sid)
             if h is None:

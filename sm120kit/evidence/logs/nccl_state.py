@@ -5,32 +5,25 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from sm120kit.evidence.logs.cue import Cues
 from sm120kit.evidence.logs.parsers import nccl_comm_rank, nccl_env, nccl_transport, nccl_version
 from sm120kit.evidence.logs.prefix import Origin
 from sm120kit.evidence.logs.records import Evidence, Proc
 from sm120kit.evidence.logs.versions import VersionScan
 
 _OPCOUNT = re.compile(r"(?P<op>\w+): opCount (?P<n>[0-9a-f]+) .*?comm (?P<comm>0x[0-9a-f]+)")
-# an NCCL WARN that states a fault: NCCL's WARN() before it returns an error code -
-# "Cuda failure 'invalid argument'" (CUDACHECK), "Call to connect returned Connection refused",
-# "NCCL cannot be captured in a graph if ..." (ncclInvalidUsage), "... timeout", "... failed"
-_WARN_FAULT = re.compile(r"rror|ailed|ailure|imeout|imed out|[Cc]annot |[Ii]nvalid |not supported"
-                         r"|[Uu]nsupported|returned |no socket interface|Got completion from peer")
-# WARNs NCCL prints and goes on from: a bad environment value it replaces ("Invalid value x for
-# NCCL_NTHREADS, using default 512." - src/misc/param.cc), a setting it ignores or falls back from
-_WARN_GOES_ON = re.compile(r"using default|[Ii]gnor(?:e|ed|ing)\b|[Ff]all(?:ing)? ?back")
 MAX_WARNS = 50
 MAX_COMMS = 256
 MAX_ENV = 200
 
 
-def warn_goes_on(msg: str) -> bool:
-    """An NCCL WARN the run goes on from (a replaced env value, an ignored setting)."""
-    return bool(_WARN_GOES_ON.search(msg))
-
-
 class NcclState:
-    def __init__(self) -> None:
+    def __init__(self, cues: Cues | None = None) -> None:
+        """``cues``: ``nccl-warn-fault`` (a WARN that states a fault: NCCL's WARN() before it
+        returns an error code) and ``nccl-warn-goes-on`` (a replaced env value, an ignored
+        setting); catalogue cues.toml."""
+        self.fault = (cues or {}).get("nccl-warn-fault")
+        self.goes_on = (cues or {}).get("nccl-warn-goes-on")
         self.nccl_warns: list[Evidence] = []
         self.nccl_warn_count = 0
         self.transports: dict[str, set[str]] = {}
@@ -72,7 +65,8 @@ class NcclState:
         self.nccl_warn_count += 1
         if len(self.nccl_warns) < MAX_WARNS:
             self.nccl_warns.append(ev)
-        if _WARN_FAULT.search(msg) and not warn_goes_on(msg):
+        if self.fault is not None and self.fault.find(msg) is not None and \
+                (self.goes_on is None or self.goes_on.find(msg) is None):
             note_failure(ev)
         if p.first_error is None and ("rror" in msg or "ailure" in msg):
             p.first_error, p.first_error_order = ev, order
