@@ -51,6 +51,17 @@ def _exits(body: list[ast.stmt]) -> bool:
     return bool(body) and isinstance(body[-1], ast.Return | ast.Raise)
 
 
+def _sub_bodies(stmt: ast.stmt) -> Iterator[list[ast.stmt]]:
+    """The statement lists nested in ``stmt`` (loop, with, try bodies, except handlers)."""
+    for name in ("body", "orelse", "finalbody"):
+        sub = getattr(stmt, name, None)
+        if isinstance(sub, list) and sub and isinstance(sub[0], ast.stmt):
+            yield sub
+    for h in getattr(stmt, "handlers", None) or []:
+        if isinstance(h, ast.ExceptHandler):
+            yield h.body
+
+
 def guards(body: list[ast.stmt], target: ast.AST) -> list[ast.expr] | None:
     """The tests that decide whether ``target`` (inside ``body``) runs: enclosing ``if`` tests
     and earlier ``if ...: return`` tests; None when ``target`` is not in ``body``."""
@@ -64,20 +75,11 @@ def guards(body: list[ast.stmt], target: ast.AST) -> list[ast.expr] | None:
             branch = stmt.body if any(_contains(s, target) for s in stmt.body) else stmt.orelse
             if not _contains(stmt.test, target):
                 found.append(stmt.test)
-            inner = guards(branch, target)
-            return found + (inner or [])
-        for field in ("body", "orelse", "finalbody", "handlers"):
-            sub = getattr(stmt, field, None)
-            if isinstance(sub, list) and sub and isinstance(sub[0], ast.stmt):
-                inner = guards(sub, target)
-                if inner is not None:
-                    return found + inner
-            elif isinstance(sub, list):
-                for h in sub:
-                    if isinstance(h, ast.ExceptHandler):
-                        inner = guards(h.body, target)
-                        if inner is not None:
-                            return found + inner
+            return found + (guards(branch, target) or [])
+        for sub in _sub_bodies(stmt):
+            inner = guards(sub, target)
+            if inner is not None:
+                return found + inner
         return found  # in an expression of this statement
     return None
 
