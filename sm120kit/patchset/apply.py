@@ -227,8 +227,10 @@ def _existing_branch(
             "base-moved", plan.existing, _outcomes(states),
             f"base moved: branch {plan.into} ({plan.existing[:12]}) does not contain "
             f"{plan.base_ref} ({plan.base_commit[:12]}); the series there is on an older base")
+        extra = f" --base {plan.base_ref}" if plan.base_ref != plan.target.base_ref else ""
         res.note = (f"re-apply on the new base (replaces {plan.into}): sm120kit apply --branch "
-                    f"{plan.alias} --repo {plan.repo} --reapply; or keep it and pass --into NEW")
+                    f"{plan.alias} --repo {plan.repo}{extra} --reapply; or keep it and pass "
+                    "--into NEW")
         return res
     if not all_in(states):
         raise UserError(
