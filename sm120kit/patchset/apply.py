@@ -93,6 +93,7 @@ class ApplyResult:
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = to_jsonable(self)
         d["exit_code"] = int(self.exit_code)
+        d["fork_dcp"] = self.fork_dcp.to_dict() if self.fork_dcp is not None else None
         return d
 
     def render(self, console: Any) -> None:

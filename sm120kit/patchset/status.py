@@ -83,6 +83,7 @@ class StatusResult:
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = to_jsonable(self)
         d["summary"] = self.summary
+        d["fork_dcp"] = self.fork_dcp.to_dict() if self.fork_dcp is not None else None
         d["exit_code"] = int(self.exit_code)
         return d
 

@@ -31,11 +31,11 @@ def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict, str]
 def test_pr60_like_fork_already_supports_dcp(tmp_path: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     repo = scenario_repo(tmp_path, "pr60-like")
-    before = snapshot_repo_state(repo, include_files=True)
+    before = snapshot_repo_state(repo)
     rc, doc, err = cli(capsys, "apply", "--branch", "vllm-0.25.1", "--repo", str(repo),
                        "--base", "main", "--json")
     assert rc == 0 and doc["status"] == "already-supports-dcp", (err, doc)
-    assert snapshot_repo_state(repo, include_files=True) == before  # nothing written
+    assert snapshot_repo_state(repo) == before  # nothing written
     fd = doc["fork_dcp"]
     assert "triton_convert_dcp_global_index_to_local_index" in fd["evidence"]["rank-local top-k"]
     gaps = {g["name"]: g for g in fd["gaps"]}
