@@ -22,6 +22,13 @@ from typing import Any, Literal
 from sm120kit.errors import ExitCode, UserError
 from sm120kit.gitrun import read_blobs, rev_parse, run_git
 from sm120kit.models.series import Series
+from sm120kit.models.treecheck import (
+    MERGE_FUNCS,
+    imported_names,
+    lse_base_overrides,
+    module_defines,
+    module_paths,
+)
 from sm120kit.patchset.markers import marker_files, variant_marker_states
 from sm120kit.patchset.render import new_table
 from sm120kit.patchset.targets import fetch_hint, select
@@ -217,8 +224,6 @@ def _import_checks(current: dict[str, str | None], base_src: dict[str, str | Non
                    release: str | None) -> list[TreeCheck]:
     """Names the patched files import from the tree, beyond what their base versions import,
     that the tree does not define."""
-    from sm120kit.models.treecheck import imported_names, module_defines, module_paths
-
     refs = []
     for rel in touched:
         src = current.get(rel)
@@ -258,8 +263,6 @@ def _lse_base_checks(repo: Path, rev: str | None, current: dict[str, str | None]
                      touched: list[str], read: Callable[[list[str]], dict[str, str | None]],
                      ) -> list[TreeCheck]:
     """Where the patched files set ``lse_base_on_e``, the merging layer must read it."""
-    from sm120kit.models.treecheck import MERGE_FUNCS, lse_base_overrides
-
     setter = next((f for f in touched if f.endswith(".py") and current.get(f)
                    and "lse_base_on_e =" in (current.get(f) or "")), None)
     if setter is None:
