@@ -370,13 +370,15 @@ def _apply_to_checkout(
     if isinstance(plan, str):
         return _port(series, repo, alias, base, plan, from_alias, dry_run)
     _check_only(plan, only)
-    states = _marker_states(plan)
+    full = _marker_states(plan)
+    states = full if not only else {  # "already applied" judged on the chosen patches alone
+        r: [s for i, s in enumerate(st, 1) if i in only] for r, st in full.items()}
     done = _already_done(plan, states, checkout, dry_run, reapply)
     if done is not None:
         return done
     if reapply and plan.existing:
         _check_not_checked_out(plan)
-    base_states = states[plan.base_commit]
+    base_states = full[plan.base_commit]
     if not only:
         fd = detect(repo, plan.base_commit, plan.variant)
         if fd is not None:

@@ -130,3 +130,19 @@ def test_held_out_other_fork_with_dcp(tmp_path: Path,
                        "--base", "main", "--json")
     assert rc == 0 and doc["status"] == "already-supports-dcp", (err, doc)
     assert "lse_base_on_e = False" in {g["name"] for g in doc["fork_dcp"]["gaps"]}
+
+
+def test_fork_alias_git_am_path_names_flashinfer_and_verify(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The fork alias on a checkout whose branch git am can take (the 0.25.1 sources): the
+    success path prints the FlashInfer minimum of the v0.25 family and the verify command."""
+    repo = release_clone(tmp_path, "0.25.1")
+    git(repo, "branch", "codex/eldritch-enlightenment-release-20260627", "main")
+    rc, doc, err = cli(capsys, "apply", "--branch", "eldritch-20260627", "--repo", str(repo),
+                       "--json")
+    assert rc == 0 and doc["status"] == "applied", (err, doc)
+    assert doc["requirement"]["minimum"] == "0.6.14"
+    assert "sm120kit verify --repo" in doc["note"]
+    verify = doc["note"].split("`")[1].split()[1:]
+    rc, v, _ = cli(capsys, *verify, "--json")
+    assert rc == 0 and v["status"] == "ok", v
