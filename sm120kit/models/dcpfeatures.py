@@ -74,27 +74,32 @@ def _line(node: ast.AST) -> int:
 
 
 def decode_lse(tree: ast.Module, cls: ast.ClassDef) -> str | None:
-    """Where the impl returns the decode LSE on a live path (``line N``), else None."""
-    for call in _calls(cls):
-        for k in call.keywords:
-            if k.arg != "return_lse":
-                continue
-            c = _const(k.value)
-            if c in (False, None):
-                continue
-            if path_is_live(tree, call):
-                return f"line {_line(call)}: return_lse={ast.unparse(k.value)}"
+    """Where the impl asks the kernel for the decode LSE on a live path (``return_lse`` not
+    False/None, else an ``lse=`` output buffer that is not None), else None."""
+    for key in ("return_lse", "lse"):
+        for call in _calls(cls):
+            for k in call.keywords:
+                if k.arg != key or _const(k.value) in (False, None):
+                    continue
+                if path_is_live(tree, call):
+                    return f"line {_line(call)}: {key}={ast.unparse(k.value)}"
     return None
 
 
 def rank_local_topk(tree: ast.Module, cls: ast.ClassDef) -> str | None:
     """Where a helper is handed this rank's DCP rank (varying at run time) on a live path."""
     for call in _calls(cls):
+        func = ast.unparse(call.func)
         for k in call.keywords:
             if k.arg and _RANK.search(k.arg) and value_is_live(tree, k.value, call) \
                     and path_is_live(tree, call):
-                func = ast.unparse(call.func)
                 return f"line {_line(call)}: {func}({k.arg}={ast.unparse(k.value)})"
+        for a in call.args:  # positional: self.dcp_rank, dcp_rank, group.rank_in_group
+            name = a.attr if isinstance(a, ast.Attribute) else a.id if isinstance(a, ast.Name) \
+                else ""
+            if name and _RANK.search(name) and value_is_live(tree, a, call) \
+                    and path_is_live(tree, call):
+                return f"line {_line(call)}: {func}(..., {ast.unparse(a)}, ...)"
     return None
 
 
@@ -186,9 +191,52 @@ def backend_gates_dcp(backend_text: str | None) -> bool:
     return reads and default_false
 
 
+def layer_base_attrs(layer: str | None) -> tuple[set[str], bool] | None:
+    """What the merging layer's ``is_lse_base_on_e=`` arguments read from the impl (attribute
+    names), and whether one is a hard-coded constant; None without such a layer."""
+    tree = _parse(layer)
+    if tree is None:
+        return None
+    attrs: set[str] = set()
+    constant = False
+    for call in _calls(tree):
+        for k in call.keywords:
+            if k.arg == "is_lse_base_on_e":
+                if isinstance(k.value, ast.Constant):
+                    constant = True
+                attrs |= {n.attr for n in ast.walk(k.value) if isinstance(n, ast.Attribute)}
+    return (attrs, constant) if attrs or constant else None
+
+
+def _lse_base_gaps(res: DcpFeatures, cls: ast.ClassDef, layer: str | None) -> list[Gap]:
+    """The LSE base contract, judged against what the tree's merging layer reads."""
+    want_e = _lse_base(cls) == "e"
+    read = layer_base_attrs(layer)
+    attrs = read[0] if read else {"lse_base_on_e"}
+    own = sorted(a for a in attrs if a != "lse_base_on_e" and
+                 class_or_self_value(cls, a) is not ...)
+    declared = class_or_self_value(cls, "lse_base_on_e")
+    ok = bool(own) or (declared is not ... and declared == want_e)
+    res.features["LSE base declared"] = ok
+    gaps = []
+    why = ("FlashInfer's sparse MLA returns a base-2 LSE; the layer that merges the DCP ranks "
+           "assumes base e unless the impl says otherwise, so the merged output is wrong "
+           "(fluent, wrong text) without an error")
+    if not ok and not want_e:
+        gaps.append(Gap("lse_base_on_e = False", why,
+                        f"set `lse_base_on_e = False` on {cls.name}", "0002"))
+    if read is not None and read[1] and not want_e:
+        gaps.append(Gap("the merging layer hard-codes is_lse_base_on_e=True",
+                        why + "; here the layer does not even ask the impl",
+                        "pass is_lse_base_on_e=self.impl.lse_base_on_e in the MLA layer's DCP "
+                        "merge (mla_attention.py)", "0002"))
+    return gaps
+
+
 def analyze(sm120: str | None, sparse: str | None = None, warmup: str | None = None,
-            backend: str | None = None) -> DcpFeatures:
-    """The DCP features of the SM120 impl (``sm120``) and its neighbours, and the gaps."""
+            backend: str | None = None, layer: str | None = None) -> DcpFeatures:
+    """The DCP features of the SM120 impl (``sm120``) and its neighbours (``layer``: the file
+    that runs ``forward_mqa`` and merges the ranks), and the gaps."""
     tree = _parse(sm120)
     cls = impl_class(tree) if tree is not None else None
     if tree is None or cls is None:
@@ -198,16 +246,7 @@ def analyze(sm120: str | None, sparse: str | None = None, warmup: str | None = N
     res = DcpFeatures(bool(lse and topk))
     res.features = {"decode LSE": bool(lse), "rank-local top-k": bool(topk)}
     res.evidence = {k: v for k, v in (("decode LSE", lse), ("rank-local top-k", topk)) if v}
-    base = class_or_self_value(cls, "lse_base_on_e")
-    want_e = _lse_base(cls) == "e"
-    res.features["LSE base declared"] = base is not ... and base == want_e
-    if not res.features["LSE base declared"]:
-        res.gaps.append(Gap(
-            "lse_base_on_e = False",
-            "FlashInfer's sparse MLA returns a base-2 LSE; the layer that merges the DCP ranks "
-            "assumes base e unless the impl says otherwise, so the merged output is wrong "
-            "(fluent, wrong text) without an error",
-            f"set `lse_base_on_e = False` on {cls.name}", "0002"))
+    res.gaps += _lse_base_gaps(res, cls, layer)
     res.features["empty local rows zeroed"] = _zeroes_empty_rows(cls)
     if not res.features["empty local rows zeroed"]:
         res.gaps.append(Gap(

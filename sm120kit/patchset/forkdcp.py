@@ -81,7 +81,10 @@ def detect(repo: Path, commit: str | None, variant: Variant) -> ForkDcp | None:
         b = blobs.get(p) if p else None
         return b.decode("utf-8", "replace") if b is not None else None
 
-    res = analyze(text(sm), text(_file(variant, SPARSE_SUFFIX)), text(WARMUP), text(BACKEND))
+    layer = _merging_layer(repo, commit)
+    layer_bytes = _read(repo, commit, [layer]).get(layer) if layer else None
+    res = analyze(text(sm), text(_file(variant, SPARSE_SUFFIX)), text(WARMUP), text(BACKEND),
+                  layer_bytes.decode("utf-8", "replace") if layer_bytes is not None else None)
     if not res.supports_dcp:
         return None
     clean = _clean_patches(repo, commit, variant, {g.patch for g in res.gaps})
@@ -90,6 +93,19 @@ def detect(repo: Path, commit: str | None, variant: Variant) -> ForkDcp | None:
     gaps = [GapState(g.name, g.why, g.fix, files.get(g.patch, g.patch), numbers.get(g.patch, 0),
                      g.patch in clean) for g in res.gaps]
     return ForkDcp(res.evidence, res.features, gaps)
+
+
+def _grep_files(repo: Path, commit: str | None, pattern: str, paths: list[str]) -> list[str]:
+    args = ["grep", "-l", "-e", pattern, *([commit] if commit else []), "--", *paths]
+    out = run_git(args, repo, check=False).stdout.splitlines()
+    return [ln.split(":", 1)[1] if commit else ln for ln in out if ln]
+
+
+def _merging_layer(repo: Path, commit: str | None) -> str | None:
+    """The file that runs the impl's ``forward_mqa`` and merges the DCP ranks' outputs."""
+    files = _grep_files(repo, commit, "is_lse_base_on_e", ["vllm"])
+    hits = _grep_files(repo, commit, "forward_mqa", files) if files else []
+    return next(iter(sorted(hits, key=lambda f: ("mla" not in f, f))), None)
 
 
 def _clean_patches(repo: Path, commit: str | None, variant: Variant,

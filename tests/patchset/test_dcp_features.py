@@ -108,3 +108,22 @@ def test_lse_base_overrides_in_the_merging_layer() -> None:
     found = [(o.call, o.detail) for o in lse_base_overrides(layer)]
     assert found == [("cp_lse_ag_out_rs", "is_lse_base_on_e=True"),
                      ("cp_lse_ag_out_rs", "no is_lse_base_on_e: base e by default")]
+
+
+def test_lse_base_is_judged_against_the_merging_layer() -> None:
+    body = """
+        idx, n = to_local(q, self.dcp_rank)
+        out, lse = decode(q, return_lse=True)
+        out.masked_fill_((n == 0).view(-1, 1, 1), 0.0)
+        return out, lse
+        """
+    init = "def __init__(self):\n    self._ws = _get_workspace_buffer(dev)\n"
+    own_flag = impl(body, "returns_base2_lse = True\n" + init)
+    reads_own = "cp_lse_ag_out_rs(o, l, g, is_lse_base_on_e=not self.impl.returns_base2_lse)\n"
+    reads_std = "cp_lse_ag_out_rs(o, l, g, is_lse_base_on_e=self.impl.lse_base_on_e)\n"
+    hard = "cp_lse_ag_out_rs(o, l, g, is_lse_base_on_e=True)\n"
+    assert analyze(own_flag, layer=reads_own).gaps == []  # positional rank, its own flag
+    assert [g.name for g in analyze(own_flag, layer=reads_std).gaps] == ["lse_base_on_e = False"]
+    names = [g.name for g in analyze(impl(body, "lse_base_on_e = False\n" + init),
+                                     layer=hard).gaps]
+    assert names == ["the merging layer hard-codes is_lse_base_on_e=True"]
