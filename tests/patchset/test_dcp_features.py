@@ -127,3 +127,18 @@ def test_lse_base_is_judged_against_the_merging_layer() -> None:
     names = [g.name for g in analyze(impl(body, "lse_base_on_e = False\n" + init),
                                      layer=hard).gaps]
     assert names == ["the merging layer hard-codes is_lse_base_on_e=True"]
+
+
+def test_fork_alias_texts_agree_with_port_from() -> None:
+    """Every variant a fork alias' reason/verified text says it is ported from is port_from."""
+    import re
+
+    from sm120kit.models.series import load_series
+
+    series = load_series()
+    for t in series.targets.values():
+        if not t.port_from:
+            continue
+        for text in (t.reason or "", t.verified or ""):
+            named = re.findall(r"ported from (?:the )?(v[\d.]+(?:-[\d.]+)?)", text, re.I)
+            assert all(v == t.port_from for v in named), (t.alias, named, t.port_from)
