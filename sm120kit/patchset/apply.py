@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from sm120kit.errors import ExitCode, UserError
-from sm120kit.gitrun import resolve_many, run_git, tree_modes
+from sm120kit.gitrun import resolve_many, rev_parse, run_git, tree_modes
 from sm120kit.models.series import Series, Target, Variant
 from sm120kit.patchset import gitengine as ge
 from sm120kit.patchset.fastapply import apply_fast
@@ -499,13 +499,17 @@ def apply_fork(
     ours = root is None
     if root is None:
         root = fork_clone(target, progress)
-    base_sha = resolve_base(root, target, base)
+    # our cached clone: the branch as just fetched (its local branch does not move on a fetch)
+    tip = rev_parse(root, f"refs/remotes/origin/{target.branch}") if ours and not base else None
+    base_sha = tip or resolve_base(root, target, base)
     into = into or f"{DEFAULT_BRANCH_PREFIX}{alias}"
+    if ours and reapply:  # our cached clone has the old result checked out: let it move
+        run_git(["checkout", "-q", "--detach"], root, check=False)
     res: CheckoutResult
     try:
-        res = apply_to_checkout(series, alias, root, base=base_sha, into=into, checkout=checkout,
-                                dry_run=dry_run, from_alias=from_alias, port=False, only=only,
-                                reapply=reapply)
+        res = apply_to_checkout(series, alias, root, base=base_sha, into=into,
+                                checkout=checkout or ours, dry_run=dry_run,
+                                from_alias=from_alias, port=False, only=only, reapply=reapply)
     except ApplyFailed:
         if port is False or not (from_alias or target.port_from):
             raise

@@ -146,3 +146,42 @@ def test_fork_alias_git_am_path_names_flashinfer_and_verify(
     verify = doc["note"].split("`")[1].split()[1:]
     rc, v, _ = cli(capsys, *verify, "--json")
     assert rc == 0 and v["status"] == "ok", v
+
+
+def test_cached_fork_clone_follows_its_branch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """Outside a checkout the fork alias works in a cached clone; when the fork's branch moves
+    on, the next run says so (never "already applied") and --reapply ports onto the new tip."""
+    import shutil
+
+    from sm120kit.paths import cache_dir
+    from tests.port.test_fork_alias import ALIAS, BRANCH, drift_eldritch, use_remote
+    from tests.support.forks import make_fork
+
+    src = make_fork(tmp_path / "src", "0.25.1", drift_eldritch, branch=BRANCH)
+    bare = tmp_path / "vllm.git"
+    git(tmp_path, "clone", "-q", "--bare", str(src), str(bare))
+    use_remote(monkeypatch, tmp_path, bare.as_uri())
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    monkeypatch.chdir(outside)
+    clone = cache_dir() / "forks" / ALIAS
+    shutil.rmtree(clone, ignore_errors=True)
+    try:
+        rc, doc, err = cli(capsys, "apply", "--branch", ALIAS, "--json")
+        assert rc == 0 and doc["status"] == "ported", err
+        (src / "vllm" / "FORK.md").write_text("the fork moves on\n")
+        git(src, "add", "-A")
+        git(src, "commit", "-q", "-m", "fork: move on", identity=FORK_IDENTITY)
+        git(src, "push", "-q", str(bare), BRANCH)
+        rc, doc, err = cli(capsys, "apply", "--branch", ALIAS, "--json")
+        assert rc == 1 and doc["status"] == "base-moved", (err, doc)
+        rc, doc, err = cli(capsys, "apply", "--branch", ALIAS, "--reapply", "--json")
+        assert rc == 0 and doc["status"] == "ported", (err, doc)
+        tip = git(bare, "rev-parse", BRANCH).strip()
+        assert doc["base"] == tip
+        git(clone, "merge-base", "--is-ancestor", tip, f"sm120kit/dcp-{ALIAS}")
+        rc, doc, err = cli(capsys, "apply", "--branch", ALIAS, "--json")
+        assert rc == 0 and doc["status"] == "already-applied", (err, doc)
+    finally:
+        shutil.rmtree(clone, ignore_errors=True)
