@@ -34,7 +34,7 @@ _FAILED_RE = re.compile(r"^error: patch failed: (.+):(\d+)$", re.M)
 _ERROR_RE = re.compile(r"^error: (.+)$", re.M)
 
 
-PatchState = Literal["applied", "not-applied", "upstream", "conflict"]
+PatchState = Literal["applied", "not-applied", "upstream", "conflict", "in-fork"]
 
 
 @dataclass
@@ -165,6 +165,11 @@ def repo_status(series: Series, alias: str, repo: Path) -> StatusResult:
                        results, held)
     if not all(r.state in ("applied", "upstream") for r in results):
         res.fork_dcp = detect(repo, None, variant)
+    if res.fork_dcp is not None:  # what conflicts only because the fork did it its own way
+        gaps = {g.patch for g in res.fork_dcp.gaps}
+        for r in results:
+            if r.state == "conflict" and r.file not in gaps:
+                r.state, r.detail = "in-fork", "the tree does this its own way"
     return res
 
 

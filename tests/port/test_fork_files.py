@@ -45,6 +45,7 @@ def test_pr60_like_fork_already_supports_dcp(tmp_path: Path,
     # status agrees (exit 0), and no patch of its own DCP is reported as a conflict to fix
     rc, st, _ = cli(capsys, "status", "--branch", "vllm-0.25.1", "--repo", str(repo), "--json")
     assert rc == 0 and st["summary"] == "supports-dcp"
+    assert [p["state"] for p in st["patches"]][2:4] == ["in-fork", "in-fork"]
     # the parts that apply cleanly can be applied alone
     clean = fd["clean_patches"]
     assert clean, fd
