@@ -38,8 +38,17 @@ def identifiers(node: ast.AST) -> set[str]:
     return out
 
 
-def model_specific(test: ast.expr) -> bool:
-    """The guard ``test`` selects a model (family, geometry), not a DCP or runtime state."""
+def model_specific(test: ast.expr, truthy: bool = True) -> bool:
+    """Code that runs only when ``test`` is ``truthy`` is reserved for some models (family,
+    geometry): the test names one and the code needs it to hold. The other side of such a test
+    (``if not self.rope_pad:``, ``model_type != "glm"`` failing) is the general path."""
+    while isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        test, truthy = test.operand, not truthy
+    if (isinstance(test, ast.Compare) and len(test.ops) == 1
+            and isinstance(test.ops[0], ast.NotEq | ast.IsNot | ast.NotIn)):
+        truthy = not truthy
+    if not truthy:
+        return False
     return any(s.startswith("'") or MODEL_WORDS.search(s) for s in identifiers(test))
 
 
@@ -62,19 +71,26 @@ def _sub_bodies(stmt: ast.stmt) -> Iterator[list[ast.stmt]]:
             yield h.body
 
 
-def guards(body: list[ast.stmt], target: ast.AST) -> list[ast.expr] | None:
-    """The tests that decide whether ``target`` (inside ``body``) runs: enclosing ``if`` tests
-    and earlier ``if ...: return`` tests; None when ``target`` is not in ``body``."""
-    found: list[ast.expr] = []
+Guard = tuple[ast.expr, bool]  # a test and the value it must have for the code to run
+
+
+def guards(body: list[ast.stmt], target: ast.AST) -> list[Guard] | None:
+    """The tests that decide whether ``target`` (inside ``body``) runs, each with the value it
+    needs: enclosing ``if`` tests (True in the body, False in ``else``) and earlier
+    ``if ...: return`` tests (False); None when ``target`` is not in ``body``."""
+    found: list[Guard] = []
     for stmt in body:
         if not _contains(stmt, target):
-            if isinstance(stmt, ast.If) and (_exits(stmt.body) or _exits(stmt.orelse)):
-                found.append(stmt.test)
+            if isinstance(stmt, ast.If) and _exits(stmt.body):
+                found.append((stmt.test, False))
+            elif isinstance(stmt, ast.If) and _exits(stmt.orelse):
+                found.append((stmt.test, True))
             continue
         if isinstance(stmt, ast.If):
-            branch = stmt.body if any(_contains(s, target) for s in stmt.body) else stmt.orelse
+            in_body = any(_contains(s, target) for s in stmt.body)
+            branch = stmt.body if in_body else stmt.orelse
             if not _contains(stmt.test, target):
-                found.append(stmt.test)
+                found.append((stmt.test, in_body))
             return found + (guards(branch, target) or [])
         for sub in _sub_bodies(stmt):
             inner = guards(sub, target)
@@ -116,7 +132,7 @@ def path_is_live(tree: ast.AST, node: ast.AST, depth: int = 3) -> bool:
     fn = enclosing_function(tree, node)
     if fn is None:
         return True
-    if any(model_specific(g) for g in guards(fn.body, node) or []):
+    if any(model_specific(test, truthy) for test, truthy in guards(fn.body, node) or []):
         return False
     cls = enclosing_class(tree, fn)
     if cls is None or depth == 0 or fn.name in ("forward_mqa", "forward", "__init__"):

@@ -142,3 +142,16 @@ def test_fork_alias_texts_agree_with_port_from() -> None:
         for text in (t.reason or "", t.verified or ""):
             named = re.findall(r"ported from (?:the )?(v[\d.]+(?:-[\d.]+)?)", text, re.I)
             assert all(v == t.port_from for v in named), (t.alias, named, t.port_from)
+
+
+def test_the_general_side_of_a_model_branch_is_live() -> None:
+    other_dtype_first = impl("""
+        if self.kv_cache_dtype == "nvfp4":
+            return self._nvfp4(q)
+        return decode(q, return_lse=self.need_lse)
+        """)
+    assert holds("call_kwarg", LSE, other_dtype_first)
+    in_else = impl("if self.rope_pad:\n    pass\nelse:\n    decode(q, return_lse=True)")
+    assert holds("call_kwarg", LSE, in_else)
+    only_glm = impl("if self.model_type != 'glm':\n    return q\ndecode(q, return_lse=True)")
+    assert not holds("call_kwarg", LSE, only_glm)
