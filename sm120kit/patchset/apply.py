@@ -391,7 +391,9 @@ def _apply_to_checkout(
     wa = (ge.WorktreeApply(True, plan.base_commit, fast, [pp.name for pp in todo]) if fast
           else ge.apply_patches_in_worktree(repo, plan.base_commit, todo))
     if wa.failure is not None or wa.commit is None:
-        return _not_applied(series, plan, wa, base, from_alias, port, dry_run)
+        # --only: the chosen patches as they are, never a port of the whole series
+        return _not_applied(series, plan, wa, base, from_alias, False if only else port,
+                            dry_run, allow_port=not only)
     _check_result_markers(plan, wa.commit, only)
     applied_names = {pp.name for pp in todo}
     patches = [
@@ -453,9 +455,10 @@ def _fork_has_dcp(plan: _Plan, base_states: list[MarkerState], fd: ForkDcp) -> A
 
 
 def _not_applied(series: Series, plan: _Plan, wa: ge.WorktreeApply, base: str | None,
-                 from_alias: str | None, port: bool | None, dry_run: bool) -> CheckoutResult:
+                 from_alias: str | None, port: bool | None, dry_run: bool,
+                 allow_port: bool = True) -> CheckoutResult:
     """``git am`` failed: port when allowed, else the failure (nothing was changed)."""
-    if plan.port_allowed:
+    if plan.port_allowed and allow_port:
         return _port(series, plan.repo, plan.alias, base, plan.into, from_alias, dry_run)
     assert wa.failure is not None
     if port is not False and wa.failure.reason == "missing-preimage" and plan.target.release:

@@ -126,9 +126,21 @@ def _clean_patches(repo: Path, commit: str | None, variant: Variant,
             if p.file[:4] in wanted:
                 proc = run_git(["apply", "--check", str(variant.patch_path(p))], root,
                                check=False, ceiling=True)
-                if proc.returncode == 0:
+                if proc.returncode == 0 or (commit and _applies_3way(
+                        repo, commit, variant.patch_path(p), Path(td) / "index")):
                     out.add(p.file[:4])
     return out
+
+
+def _applies_3way(repo: Path, commit: str, patch: Path, index: Path) -> bool:
+    """``git apply --3way`` (what ``git am -3`` falls back to) takes the patch on the commit,
+    on a private index: no ref, index or file of the repository changes."""
+    env = {"GIT_INDEX_FILE": str(index)}
+    index.unlink(missing_ok=True)
+    if run_git(["read-tree", commit], repo, check=False, env=env).returncode:
+        return False
+    return run_git(["apply", "--cached", "--3way", str(patch)], repo, check=False,
+                   env=env).returncode == 0
 
 
 def render_fork_dcp(console: Any, fd: ForkDcp, alias: str, repo: str,
