@@ -29,6 +29,7 @@ from sm120kit.models.treecheck import (
     module_defines,
     module_paths,
 )
+from sm120kit.patchset.forkdcp import ForkDcp, detect
 from sm120kit.patchset.markers import marker_files, variant_marker_states
 from sm120kit.patchset.render import new_table
 from sm120kit.patchset.targets import fetch_hint, select
@@ -79,6 +80,8 @@ class VerifyResult:
     markers: list[MarkerCheck]
     tree: list[TreeCheck] = field(default_factory=list)
     checked: str = "working tree"  # or "branch NAME (commit)"
+    #: the tree runs DCP in the SM120 backend its own way (markers judged by its gaps)
+    fork_dcp: bool = False
 
     @property
     def ok(self) -> bool:
@@ -214,9 +217,30 @@ def verify_tree(series: Series, alias: str, repo: Path, base: str | None = None)
         )
         for s in states
     ]
+    fork = detect(repo, rev, variant)
+    if fork is not None:
+        markers = _fork_markers(markers, fork)
     tree = _import_checks(current, base_src, touched, read, target.release)
     tree += _lse_base_checks(repo, rev, current, touched, read)
-    return VerifyResult(alias, variant.name, str(repo), base_ref, checks, markers, tree, checked)
+    return VerifyResult(alias, variant.name, str(repo), base_ref, checks, markers, tree, checked,
+                        fork is not None)
+
+
+def _fork_markers(markers: list[MarkerCheck], fork: ForkDcp) -> list[MarkerCheck]:
+    """A tree that runs DCP its own way: a missing marker fails only where the tree still lacks
+    a contract of that patch (named, with its fix); the rest the fork does its own way."""
+    gaps: dict[str, list[str]] = {}
+    for g in fork.gaps:
+        gaps.setdefault(g.patch, []).append(f"{g.name} (fix: {g.fix})")
+    out = []
+    for m in markers:
+        if m.status == "ok":
+            out.append(m)
+        elif m.patch in gaps:
+            out.append(MarkerCheck(m.patch, "fail", gaps[m.patch]))
+        else:
+            out.append(MarkerCheck(m.patch, "skip", ["the tree does this its own way"]))
+    return out
 
 
 def _import_checks(current: dict[str, str | None], base_src: dict[str, str | None],

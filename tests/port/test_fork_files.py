@@ -54,6 +54,14 @@ def test_pr60_like_fork_already_supports_dcp(tmp_path: Path,
     assert rc == 0 and doc["status"] == "applied", (err, doc)
     log = git(repo, "log", "--format=%s", "main..sm120kit/dcp-vllm-0.25.1").splitlines()
     assert len(log) == len(clean)
+    # verify judges the fork by its own DCP: what it still lacks fails by name, the rest skips
+    rc, v, _ = cli(capsys, "verify", "--repo", str(repo), "--branch", "vllm-0.25.1", "--base",
+                   "main", "--json")
+    states = {m["patch"][:4]: m for m in v["markers"]}
+    assert v["fork_dcp"] and states["0003"]["status"] == states["0004"]["status"] == "skip"
+    failing = {k for k, m in states.items() if m["status"] == "fail"}
+    assert failing == {gaps[g]["patch"][:4] for g in gaps} - {f"{n:04d}" for n in clean}
+    assert rc == 2 and any("zeroing of rows" in x for x in states["0005"]["missing"])
 
 
 def test_hard_coded_dcp_rank_is_not_upstream(tmp_path: Path,
