@@ -32,11 +32,14 @@ from sm120kit.patchset.targets import infer_alias, is_fork, require_repo, resolv
 @options.installed_options
 @click.option("--from", "from_alias", default=None, metavar="ALIAS", help="Take the variant from another alias (porting).")
 @click.option("--port/--no-port", default=None, help="Allow 3-way porting when the variant does not apply.")
+@click.option("--only", default=None, metavar="N,M", help="Apply only these patches (1-based), e.g. a fork's gaps.")
+@click.option("--reapply", is_flag=True, help="The result branch is on an older base: apply again and replace it.")
 @options.json_option
 def apply_cmd(
     alias: str | None, repo: Path | None, base: str | None, into: str | None, checkout: bool,
     dry_run: bool, output: Path | None, installed: bool, python: str | None,
-    state_dir: Path | None, from_alias: str | None, port: bool | None, as_json: bool,
+    state_dir: Path | None, from_alias: str | None, port: bool | None, only: str | None,
+    reapply: bool, as_json: bool,
 ) -> int:
     """Apply the DCP series atomically: on a branch of a git checkout, or to a fresh release tree."""
     if installed:
@@ -48,17 +51,19 @@ def apply_cmd(
         raise UserError("--branch ALIAS is required", hint="`sm120kit targets` lists the aliases")
     from sm120kit.patchset.apply import apply_fork, apply_to_checkout
 
+    picked = _parse_only(only)
     series = load_series()
     root = resolve_repo(repo)
     target = series.targets.get(alias)
     if target is not None and is_fork(target):  # fetch/clone its branch, apply or 3-way port
         res = apply_fork(series, alias, root, base=base, into=into, checkout=checkout,
-                         dry_run=dry_run, from_alias=from_alias, port=port, progress=progress())
+                         dry_run=dry_run, from_alias=from_alias, port=port, progress=progress(),
+                         only=picked, reapply=reapply)
         return emit("apply", res, as_json)
     if root is None:
-        if base or checkout or from_alias:
+        if base or checkout or from_alias or picked or reapply:
             raise UserError(
-                "--base/--checkout/--from need a git checkout (none found here)",
+                "--base/--checkout/--from/--only/--reapply need a git checkout (none found here)",
                 hint="pass --repo PATH",
             )
         from sm120kit.patchset.embedded import apply_embedded
@@ -72,9 +77,22 @@ def apply_cmd(
                             hint="use --into BRANCH")
         res = apply_to_checkout(
             series, alias, root, base=base, into=into, checkout=checkout, dry_run=dry_run,
-            from_alias=from_alias, port=port,
+            from_alias=from_alias, port=port, only=picked, reapply=reapply,
         )
     return emit("apply", res, as_json)
+
+
+def _parse_only(only: str | None) -> list[int] | None:
+    if only is None:
+        return None
+    try:
+        picked = sorted({int(x) for x in only.split(",") if x.strip()})
+    except ValueError:
+        raise UserError(f"--only {only!r}: expected patch numbers such as 1,6",
+                        hint="`sm120kit series --branch ALIAS` lists the patches") from None
+    if not picked:
+        raise UserError("--only needs at least one patch number", hint="e.g. --only 2,6")
+    return picked
 
 
 @click.command("status")

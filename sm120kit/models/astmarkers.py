@@ -7,7 +7,10 @@ A marker of ``kind`` other than ``text`` is evaluated on ``ast.parse`` of the fi
 * ``call_kwarg``: a call of ``func`` (the callee's last name, ``mod.f`` or ``f``) passes keyword
   ``name``, written inline or through ``**kw`` where ``kw`` is a dict built in the same function
   (``dict(name=...)``, ``{"name": ...}`` or ``kw["name"] = ...``); with ``value`` the argument must
-  be that constant, with ``not_in`` it must not be one of those constants.
+  be that constant, with ``not_in`` it must not be one of those constants, and with neither it
+  must vary at run time (``dcp_rank=0``, or ``self.dcp_rank`` only ever assigned constants, is
+  not DCP support). The call must be on a live path: not reached only through a model-specific
+  branch (:mod:`sm120kit.models.astlive`).
 * ``function``: a function ``name`` is defined (optionally inside class ``cls``); with ``calls``
   it calls that function; with ``no_global`` it declares no ``global``.
 * ``assign``: inside function ``scope``, ``name`` is assigned something other than a constant.
@@ -19,6 +22,8 @@ import ast
 from collections.abc import Iterator
 from functools import lru_cache
 from typing import Any
+
+from sm120kit.models.astlive import path_is_live, value_is_live
 
 _MISSING = object()
 
@@ -89,16 +94,16 @@ def _calls_by_callee(text: str) -> dict[str, list[tuple[ast.Call, ast.AST]]]:
     return out
 
 
-def _kwarg_values(text: str, func: str, name: str) -> list[ast.expr]:
-    found: list[ast.expr] = []
+def _kwarg_values(text: str, func: str, name: str) -> list[tuple[ast.expr, ast.Call]]:
+    found: list[tuple[ast.expr, ast.Call]] = []
     for call, scope in _calls_by_callee(text).get(func, []):
         for k in call.keywords:
             if k.arg == name:
-                found.append(k.value)
+                found.append((k.value, call))
             elif k.arg is None and isinstance(k.value, ast.Name):
                 v = _dict_entries(scope, k.value.id).get(name)
                 if v is not None:
-                    found.append(v)
+                    found.append((v, call))
     return found
 
 
@@ -154,11 +159,16 @@ def holds(kind: str, spec: dict[str, Any], text: str) -> bool:
     if key and key not in text:
         return False
     if kind == "call_kwarg":
-        for v in _kwarg_values(text, spec["func"], spec["name"]):
+        tree = parse(text)
+        for v, call in _kwarg_values(text, spec["func"], spec["name"]):
             c = _const(v)
             if "value" in spec and (c is _MISSING or c != spec["value"]):
                 continue
             if c is not _MISSING and c in spec.get("not_in", []):
+                continue
+            if tree is None or not path_is_live(tree, call):
+                continue
+            if "value" not in spec and "not_in" not in spec and not value_is_live(tree, v, call):
                 continue
             return True
         return False

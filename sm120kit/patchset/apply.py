@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from sm120kit.errors import ExitCode, UserError
-from sm120kit.gitrun import resolve_many, run_git, tree_modes
+from sm120kit.gitrun import resolve_many, rev_parse, run_git, tree_modes
 from sm120kit.models.series import Series, Target, Variant
 from sm120kit.patchset import gitengine as ge
 from sm120kit.patchset.fastapply import apply_fast
+from sm120kit.patchset.forkdcp import ForkDcp, detect, render_fork_dcp
 from sm120kit.patchset.markers import (
     MarkerState,
     all_in,
@@ -50,9 +51,10 @@ class ApplyFailed(UserError):
 
 
 PatchState = Literal[
-    "applied", "already-applied", "upstream", "would-apply", "failed", "not-attempted"
+    "applied", "already-applied", "upstream", "would-apply", "failed", "not-attempted", "in-fork"
 ]
-ApplyStatus = Literal["applied", "already-applied", "not-needed", "would-apply"]
+ApplyStatus = Literal["applied", "already-applied", "not-needed", "would-apply",
+                      "already-supports-dcp", "base-moved"]
 ApplyKind = Literal["git", "embedded"]
 
 
@@ -80,14 +82,18 @@ class ApplyResult:
     patches: list[PatchOutcome] = field(default_factory=list)
     #: what the target needs beyond the series (0.25.x: a FlashInfer newer than the pin)
     requirement: FlashInferRequirement | None = None
+    #: the base already runs DCP in the SM120 backend: its evidence and what it lacks
+    fork_dcp: ForkDcp | None = None
+    note: str = ""
 
     @property
     def exit_code(self) -> int:
-        return ExitCode.FINDINGS if self.status == "would-apply" else ExitCode.OK
+        return ExitCode.FINDINGS if self.status in ("would-apply", "base-moved") else ExitCode.OK
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = to_jsonable(self)
         d["exit_code"] = int(self.exit_code)
+        d["fork_dcp"] = self.fork_dcp.to_dict() if self.fork_dcp is not None else None
         return d
 
     def render(self, console: Any) -> None:
@@ -98,9 +104,13 @@ class ApplyResult:
             st = {"already-applied": "applied", "would-apply": "not-applied"}.get(p.state, p.state)
             table.add_row(str(i), p.file, p.subject, styled(st))
         console.print(table)
-        console.print(self.message)
+        console.print(self.message, markup=False, soft_wrap=True)
+        if self.fork_dcp is not None:
+            render_fork_dcp(console, self.fork_dcp, self.alias, self.repo, self.base)
         if self.requirement is not None:
             console.print(self.requirement.line(), markup=False)
+        if self.note:
+            console.print(self.note, markup=False, soft_wrap=True)
 
 
 def load_patches(variant: Variant) -> list[ParsedPatch]:
@@ -138,10 +148,11 @@ CheckoutResult = ApplyResult | PortResult
 
 def _port(
     series: Series, repo: Path, alias: str, base: str | None, into: str,
-    from_alias: str | None, dry_run: bool,
+    from_alias: str | None, dry_run: bool, replace: bool = False,
 ) -> PortResult:
     """Hand over to the 3-way porting engine (:func:`sm120kit.patchset.port.port_series`)."""
-    return port_series(repo, alias, base, into, from_alias, series=series, dry_run=dry_run)
+    return port_series(repo, alias, base, into, from_alias, series=series, dry_run=dry_run,
+                       replace=replace)
 
 
 @dataclass
@@ -199,10 +210,29 @@ def _outcomes(states: list[MarkerState]) -> list[PatchOutcome]:
     ]
 
 
+def is_ancestor(repo: Path, older: str, newer: str) -> bool:
+    return run_git(["merge-base", "--is-ancestor", older, newer], repo,
+                   check=False).returncode == 0
+
+
 def _existing_branch(
-    plan: _Plan, states: list[MarkerState], checkout: bool, dry_run: bool
-) -> ApplyResult:
-    """The result branch exists: it carries the series (check it out if asked) or it is an error."""
+    plan: _Plan, states: list[MarkerState], checkout: bool, dry_run: bool, reapply: bool = False
+) -> ApplyResult | None:
+    """The result branch exists: it carries the series on the current base (check it out if
+    asked), or the base moved (say so; None with ``reapply``: apply again), or it is an error."""
+    assert plan.existing is not None
+    if not is_ancestor(plan.repo, plan.base_commit, plan.existing):
+        if reapply:
+            return None
+        res = plan.result(
+            "base-moved", plan.existing, _outcomes(states),
+            f"base moved: branch {plan.into} ({plan.existing[:12]}) does not contain "
+            f"{plan.base_ref} ({plan.base_commit[:12]}); the series there is on an older base")
+        extra = f" --base {plan.base_ref}" if plan.base_ref != plan.target.base_ref else ""
+        res.note = (f"re-apply on the new base (replaces {plan.into}): sm120kit apply --branch "
+                    f"{plan.alias} --repo {plan.repo}{extra} --reapply; or keep it and pass "
+                    "--into NEW")
+        return res
     if not all_in(states):
         raise UserError(
             f"branch {plan.into} exists and does not carry the {plan.variant.name} series",
@@ -219,13 +249,18 @@ def _existing_branch(
 
 
 def _already_done(
-    plan: _Plan, states: dict[str, list[MarkerState]], checkout: bool, dry_run: bool
+    plan: _Plan, states: dict[str, list[MarkerState]], checkout: bool, dry_run: bool,
+    reapply: bool = False,
 ) -> ApplyResult | None:
-    """``already-applied`` / ``not-needed`` from the markers at the branch, HEAD and the base."""
+    """``already-applied`` / ``not-needed`` from the markers at the branch, HEAD and the base;
+    ``base-moved`` when the result branch does not contain the base."""
     if plan.existing:
-        return _existing_branch(plan, states[plan.existing], checkout, dry_run)
+        done = _existing_branch(plan, states[plan.existing], checkout, dry_run, reapply)
+        if done is not None or reapply:
+            return done
     head = states.get("HEAD")
-    if plan.head_commit and head and all_in(head) and any(s.applied for s in head):
+    if (plan.head_commit and head and all_in(head) and any(s.applied for s in head)
+            and is_ancestor(plan.repo, plan.base_commit, plan.head_commit)):
         return plan.result("already-applied", plan.head_commit, _outcomes(head),
                            "already applied: HEAD carries the series")
     base_states = states[plan.base_commit]
@@ -282,10 +317,12 @@ def _marker_states(plan: _Plan) -> dict[str, list[MarkerState]]:
     return states
 
 
-def _check_result_markers(plan: _Plan, commit: str) -> None:
+def _check_result_markers(plan: _Plan, commit: str, only: list[int] | None = None) -> None:
     """Step 5's re-check: the result commit carries every applied-marker (else: UserError)."""
     files = marker_files(plan.variant)
     after = variant_marker_states(plan.variant, read_revisions(plan.repo, [commit], files)[commit])
+    if only:
+        after = [s for i, s in enumerate(after, 1) if i in only]
     if not all_in(after):
         missing = [m for s in after for m in s.missing]
         raise UserError(
@@ -301,7 +338,7 @@ def apply_to_checkout(series: Series, alias: str, repo: Path, **kw: Any) -> Chec
     res = _apply_to_checkout(series, alias, repo, **kw)
     target = series.targets.get(alias)
     if isinstance(res, ApplyResult) and target is not None:
-        res.requirement = requirement(target)
+        res.requirement = requirement(target, series)
     return res
 
 
@@ -317,9 +354,13 @@ def _apply_to_checkout(
     from_alias: str | None = None,
     port: bool | None = None,
     kind: ApplyKind = "git",
+    only: list[int] | None = None,
+    reapply: bool = False,
 ) -> CheckoutResult:
     """Apply ``alias``'s variant to the git checkout ``repo`` (see the module doc).
 
+    ``only``: apply just these patches (1-based), e.g. the gaps of a fork that already runs DCP.
+    ``reapply``: the result branch exists on an older base: apply again and replace it.
     Returns an :class:`ApplyResult`, or the porting engine's :class:`PortResult` when porting
     ran. Raises :class:`UserError` / :class:`ApplyFailed`; on every error path the checkout is
     unchanged.
@@ -328,42 +369,39 @@ def _apply_to_checkout(
     plan = _plan(series, alias, repo, base, into, from_alias, port, kind)
     if isinstance(plan, str):
         return _port(series, repo, alias, base, plan, from_alias, dry_run)
-    states = _marker_states(plan)
-    done = _already_done(plan, states, checkout, dry_run)
+    _check_only(plan, only)
+    full = _marker_states(plan)
+    states = full if not only else {  # "already applied" judged on the chosen patches alone
+        r: [s for i, s in enumerate(st, 1) if i in only] for r, st in full.items()}
+    done = _already_done(plan, states, checkout, dry_run, reapply)
     if done is not None:
         return done
-    base_states = states[plan.base_commit]
-    todo = [pp for pp, s in zip(plan.parsed, base_states, strict=True)
-            if not (s.applied or s.upstream)]
+    if reapply and plan.existing:
+        _check_not_checked_out(plan)
+    base_states = full[plan.base_commit]
+    if not only:
+        fd = detect(repo, plan.base_commit, plan.variant)
+        if fd is not None:
+            return _fork_has_dcp(plan, base_states, fd)
+    todo = [pp for i, (pp, s) in enumerate(zip(plan.parsed, base_states, strict=True), 1)
+            if not (s.applied or s.upstream) and (not only or i in only)]
     if checkout:
         ge.ensure_writable(repo, [p for pp in todo for p in pp.paths()])
     fast = apply_fast(repo, plan.base_commit, todo)
     wa = (ge.WorktreeApply(True, plan.base_commit, fast, [pp.name for pp in todo]) if fast
           else ge.apply_patches_in_worktree(repo, plan.base_commit, todo))
     if wa.failure is not None or wa.commit is None:
-        if plan.port_allowed:
-            return _port(series, repo, alias, base, plan.into, from_alias, dry_run)
-        assert wa.failure is not None
-        if port is not False and wa.failure.reason == "missing-preimage" and plan.target.release:
-            # the alias names the release the preimages come from: port from it, no --from needed
-            ported = _port(series, repo, alias, plan.base_commit, plan.into, alias, dry_run)
-            ported.note = (f"git am -3 lacks the preimage blobs of vllm {plan.target.release}: "
-                           f"ported from that release (as with --from {alias})")
-            return ported
-        raise ApplyFailed(
-            f"{wa.failure.message()}; nothing was changed",
-            _failure_hint(plan.target, wa.failure),
-            {"status": "failed", "failure": wa.failure.to_dict(), "alias": alias,
-             "variant": plan.variant.name, "kind": kind, "repo": str(repo),
-             "base": plan.base_ref, "base_commit": plan.base_commit, "branch": plan.into},
-        )
-    _check_result_markers(plan, wa.commit)
+        # --only: the chosen patches as they are, never a port of the whole series
+        return _not_applied(series, plan, wa, base, from_alias, False if only else port,
+                            dry_run, allow_port=not only)
+    _check_result_markers(plan, wa.commit, only)
     applied_names = {pp.name for pp in todo}
     patches = [
         PatchOutcome(
             s.patch.file, s.patch.subject,
             ("would-apply" if dry_run else "applied") if s.patch.file in applied_names
-            else ("upstream" if s.upstream else "already-applied"),
+            else ("upstream" if s.upstream else "already-applied" if s.applied
+                  else "not-attempted"),
         )
         for s in base_states
     ]
@@ -371,13 +409,72 @@ def _apply_to_checkout(
         return plan.result("would-apply", None, patches,
                            f"dry run: {len(todo)} patch(es) apply cleanly on {plan.base_ref}; "
                            f"would create branch {plan.into}")
-    ge.create_branch(repo, plan.into, wa.commit, f"sm120kit apply {alias} ({plan.variant.name})")
+    ge.create_branch(repo, plan.into, wa.commit, f"sm120kit apply {alias} ({plan.variant.name})",
+                     old=plan.existing if reapply else None)
     msg = f"applied {len(todo)} patch(es) on {plan.base_ref}: branch {plan.into}"
+    if reapply and plan.existing:
+        msg += f" (replaced {plan.existing[:12]}, which was on an older base)"
     checked_out = False
     if checkout:
         checked_out, note = _checkout(repo, plan.into)
         msg += note
     return plan.result("applied", wa.commit, patches, msg, checked_out)
+
+
+def _check_only(plan: _Plan, only: list[int] | None) -> None:
+    n = len(plan.variant.patches)
+    bad = [i for i in only or [] if not 1 <= i <= n]
+    if bad:
+        raise UserError(f"--only {bad[0]}: the {plan.variant.name} series has patches 1-{n}",
+                        hint="`sm120kit series --branch ALIAS` lists them")
+
+
+def _check_not_checked_out(plan: _Plan) -> None:
+    cur = run_git(["symbolic-ref", "--quiet", "HEAD"], plan.repo, check=False).stdout.strip()
+    if cur == f"refs/heads/{plan.into}":
+        raise UserError(
+            f"--reapply would move {plan.into}, which is checked out in {plan.repo}",
+            hint="check out another branch first (e.g. the new base), then re-run; "
+            "nothing was changed")
+
+
+def _fork_has_dcp(plan: _Plan, base_states: list[MarkerState], fd: ForkDcp) -> ApplyResult:
+    """The base already runs DCP in this backend its own way: say so (exit 0) and list gaps."""
+    gap_files = {g.patch for g in fd.gaps}
+    patches = [PatchOutcome(s.patch.file, s.patch.subject,
+                            "already-applied" if s.applied else "upstream" if s.upstream
+                            else "not-attempted" if s.patch.file in gap_files else "in-fork")
+               for s in base_states]
+    n = len(fd.gaps)
+    msg = (f"already supports DCP: {plan.base_ref} runs DCP in the SM120 sparse-MLA backend "
+           f"its own way (nothing applied); " + (f"it lacks {n} thing(s) the series adds"
+                                                  if n else "it lacks nothing the series adds"))
+    res = plan.result("already-supports-dcp", plan.base_commit, patches, msg)
+    res.fork_dcp = fd
+    return res
+
+
+def _not_applied(series: Series, plan: _Plan, wa: ge.WorktreeApply, base: str | None,
+                 from_alias: str | None, port: bool | None, dry_run: bool,
+                 allow_port: bool = True) -> CheckoutResult:
+    """``git am`` failed: port when allowed, else the failure (nothing was changed)."""
+    if plan.port_allowed and allow_port:
+        return _port(series, plan.repo, plan.alias, base, plan.into, from_alias, dry_run)
+    assert wa.failure is not None
+    if port is not False and wa.failure.reason == "missing-preimage" and plan.target.release:
+        # the alias names the release the preimages come from: port from it, no --from needed
+        ported = _port(series, plan.repo, plan.alias, plan.base_commit, plan.into, plan.alias,
+                       dry_run)
+        ported.note = (f"git am -3 lacks the preimage blobs of vllm {plan.target.release}: "
+                       f"ported from that release (as with --from {plan.alias})")
+        return ported
+    raise ApplyFailed(
+        f"{wa.failure.message()}; nothing was changed",
+        _failure_hint(plan.target, wa.failure),
+        {"status": "failed", "failure": wa.failure.to_dict(), "alias": plan.alias,
+         "variant": plan.variant.name, "kind": plan.kind, "repo": str(plan.repo),
+         "base": plan.base_ref, "base_commit": plan.base_commit, "branch": plan.into},
+    )
 
 
 def apply_fork(
@@ -392,6 +489,8 @@ def apply_fork(
     from_alias: str | None = None,
     port: bool | None = None,
     progress: Callable[[str], None] | None = None,
+    only: list[int] | None = None,
+    reapply: bool = False,
 ) -> CheckoutResult:
     """``sm120kit apply --branch FORK_ALIAS``: on ``root`` (a checkout), else on a cached clone.
 
@@ -403,21 +502,31 @@ def apply_fork(
     ours = root is None
     if root is None:
         root = fork_clone(target, progress)
-    base_sha = resolve_base(root, target, base)
+    # our cached clone: the branch as just fetched (its local branch does not move on a fetch)
+    tip = rev_parse(root, f"refs/remotes/origin/{target.branch}") if ours and not base else None
+    base_sha = tip or resolve_base(root, target, base)
     into = into or f"{DEFAULT_BRANCH_PREFIX}{alias}"
+    if ours and reapply:  # our cached clone has the old result checked out: let it move
+        run_git(["checkout", "-q", "--detach"], root, check=False)
+    res: CheckoutResult
     try:
-        return apply_to_checkout(series, alias, root, base=base_sha, into=into, checkout=checkout,
-                                 dry_run=dry_run, from_alias=from_alias, port=False)
+        res = apply_to_checkout(series, alias, root, base=base_sha, into=into,
+                                checkout=checkout or ours, dry_run=dry_run,
+                                from_alias=from_alias, port=False, only=only, reapply=reapply)
     except ApplyFailed:
         if port is False or not (from_alias or target.port_from):
             raise
-    res = _port(series, root, alias, base_sha, into, from_alias or target.port_from, dry_run)
-    if res.status == "ported" and (ours or checkout):
-        proc = run_git(["checkout", "-q", into], root, check=False)
-        res.note = (f"checked out {into} in {root}" if proc.returncode == 0
-                    else f"branch {into} created in {root} (checkout failed: "
-                    f"{proc.stderr.strip()[:120]})")
-    if target.status == "unverified-here":
+        res = _port(series, root, alias, base_sha, into, from_alias or target.port_from,
+                    dry_run, replace=reapply)
+        if res.status == "ported" and (ours or checkout):
+            proc = run_git(["checkout", "-q", into], root, check=False)
+            res.note = (f"checked out {into} in {root}" if proc.returncode == 0
+                        else f"branch {into} created in {root} (checkout failed: "
+                        f"{proc.stderr.strip()[:120]})")
+        req = requirement(target, series)
+        if req is not None and res.status in ("ported", "would-port"):
+            res.note = (res.note + "; " if res.note else "") + req.line()
+    if target.status == "unverified-here" and res.status in ("ported", "applied"):
         res.note = (res.note + "; " if res.note else "") + (
             f"{alias} is not verified by sm120kit's own tests: run `sm120kit verify --repo {root} "
             f"--branch {alias} --base {base_sha[:12]}` on the result")

@@ -347,9 +347,11 @@ def check_branch_name(repo: Path, branch: str) -> None:
         raise UserError(f"invalid branch name {branch!r}", hint="see `git help check-ref-format`")
 
 
-def create_branch(repo: Path, branch: str, commit: str, message: str) -> None:
-    """Create ``refs/heads/<branch>`` at ``commit``; fails if it appeared meanwhile."""
-    zero = "0" * 40
+def create_branch(repo: Path, branch: str, commit: str, message: str,
+                  old: str | None = None) -> None:
+    """Create ``refs/heads/<branch>`` at ``commit``; fails if it appeared meanwhile (with
+    ``old``: move it from ``old``, failing if it moved meanwhile)."""
+    zero = old or "0" * 40
     proc = run_git(
         ["update-ref", "--create-reflog", "-m", message, f"refs/heads/{branch}", commit, zero],
         repo,

@@ -508,6 +508,7 @@ def port_series(
     dry_run: bool = False,
     create_branch: bool = True,
     merge: Callable[..., MergeOutcome] = merge_file,
+    replace: bool = False,
 ) -> PortResult:
     """3-way port the series onto ``base`` in ``repo`` (see the module docstring).
 
@@ -519,7 +520,8 @@ def port_series(
     target = _port_target(series, alias, from_alias)
     base_sha = resolve_base(repo, target, base)
     into = into or f"sm120kit/dcp-{alias}"
-    if create_branch and not dry_run and rev_parse(repo, f"refs/heads/{into}"):
+    old = rev_parse(repo, f"refs/heads/{into}")
+    if create_branch and not dry_run and old and not replace:
         raise UserError(f"branch {into} already exists in {repo}",
                         hint="pass --into NEW_BRANCH or delete the old one")
 
@@ -556,7 +558,7 @@ def port_series(
     if dry_run:
         result.status = "would-port"
         return result
-    _commit_result(result, repo, variant, steps, per_patch, create_branch)
+    _commit_result(result, repo, variant, steps, per_patch, create_branch, old if replace else None)
     return result
 
 
@@ -589,14 +591,15 @@ def _markers_hold(variant: Variant, content: dict[str, bytes | None], kind: str,
 
 
 def _commit_result(result: PortResult, repo: Path, variant: Variant, steps: list[PatchStep],
-                   per_patch: list[dict[str, bytes | None]], create_branch: bool) -> None:
+                   per_patch: list[dict[str, bytes | None]], create_branch: bool,
+                   old: str | None = None) -> None:
     """One commit per patch of the series on top of the base; the branch when asked for."""
     commits = _commit_steps(repo, result.base, steps, per_patch)
     result.commits = [{"patch": s.file, "subject": s.subject, "commit": c}
                       for s, c in zip(steps, commits, strict=True)]
     if create_branch:
         run_git(["update-ref", "-m", f"sm120kit: 3-way port of {variant.name}",
-                 f"refs/heads/{result.into}", commits[-1], ""], repo)
+                 f"refs/heads/{result.into}", commits[-1], old or ""], repo)
 
 
 def _result_problems(variant: Variant, files: list[str], release: dict[str, bytes | None],

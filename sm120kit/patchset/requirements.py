@@ -16,7 +16,7 @@ from typing import Literal
 
 from sm120kit.facts import flashinfer as fif
 from sm120kit.facts.packages import get_dist
-from sm120kit.models.series import Target
+from sm120kit.models.series import Series, Target
 
 ReqStatus = Literal["met", "unmet", "unchecked"]
 VERSION_CHECK_ENV = fif.VERSION_CHECK_ENV
@@ -53,11 +53,18 @@ def fix_text(minimum: str, cubin: str | None) -> str:
     return fix
 
 
-def requirement(target: Target) -> FlashInferRequirement | None:
-    """The target's FlashInfer requirement, not checked against any environment."""
-    if not target.requires_flashinfer:
-        return None
+def requirement(target: Target, series: Series | None = None) -> FlashInferRequirement | None:
+    """The target's FlashInfer requirement, not checked against any environment. A fork alias
+    (no release) ported from a variant takes the requirement of that variant's releases."""
     m = target.requires_flashinfer
+    if not m and series is not None and target.release is None:
+        variant = target.port_from or target.variant
+        mins = {t.requires_flashinfer for t in series.targets.values()
+                if t.variant == variant and t.release and t.requires_flashinfer}
+        m = max(mins, key=lambda v: tuple(int(x) for x in v.split(".") if x.isdigit()),
+                default=None)
+    if not m:
+        return None
     return FlashInferRequirement(target.alias, m, "unchecked", fix=fix_text(m, None))
 
 

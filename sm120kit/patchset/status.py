@@ -18,6 +18,7 @@ from typing import Any, Literal
 from sm120kit.errors import ExitCode
 from sm120kit.gitrun import rev_parse, run_git
 from sm120kit.models.series import Series
+from sm120kit.patchset.forkdcp import ForkDcp, detect, render_fork_dcp
 from sm120kit.patchset.markers import (
     marker_files,
     read_revisions,
@@ -33,7 +34,7 @@ _FAILED_RE = re.compile(r"^error: patch failed: (.+):(\d+)$", re.M)
 _ERROR_RE = re.compile(r"^error: (.+)$", re.M)
 
 
-PatchState = Literal["applied", "not-applied", "upstream", "conflict"]
+PatchState = Literal["applied", "not-applied", "upstream", "conflict", "in-fork"]
 
 
 @dataclass
@@ -54,12 +55,16 @@ class StatusResult:
     branch: str | None
     patches: list[PatchStatus]
     series_branch: str | None = None  # sm120kit's result branch for this alias, when not HEAD
+    #: the tree already runs DCP in the SM120 backend its own way (its gaps against the series)
+    fork_dcp: ForkDcp | None = None
 
     @property
     def summary(self) -> str:
         states = [p.state for p in self.patches]
         if states and all(s in ("applied", "upstream") for s in states):
             return "applied" if "applied" in states else "upstream"
+        if self.fork_dcp is not None:
+            return "supports-dcp"
         if "conflict" in states:
             return "conflict"
         if "applied" in states:
@@ -69,7 +74,7 @@ class StatusResult:
     @property
     def exit_code(self) -> int:
         s = self.summary
-        if s in ("applied", "upstream"):
+        if s in ("applied", "upstream", "supports-dcp"):
             return ExitCode.OK
         if s == "conflict":
             return ExitCode.FAILURE
@@ -78,6 +83,7 @@ class StatusResult:
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = to_jsonable(self)
         d["summary"] = self.summary
+        d["fork_dcp"] = self.fork_dcp.to_dict() if self.fork_dcp is not None else None
         d["exit_code"] = int(self.exit_code)
         return d
 
@@ -91,6 +97,10 @@ class StatusResult:
                           cell(p.detail))
         console.print(table)
         console.print(f"series: {styled(self.summary)}")
+        if self.fork_dcp is not None:
+            console.print("this tree already supports DCP in the SM120 sparse-MLA backend, "
+                          "its own way:", markup=False)
+            render_fork_dcp(console, self.fork_dcp, self.alias, self.repo)
         if self.series_branch and self.summary != "applied":
             console.print(f"the series is applied on branch {self.series_branch} (not checked "
                           f"out here): git checkout {self.series_branch}", soft_wrap=True)
@@ -151,8 +161,16 @@ def repo_status(series: Series, alias: str, repo: Path) -> StatusResult:
     branch = run_git(["symbolic-ref", "--quiet", "--short", "HEAD"], repo, check=False).stdout.strip()
     made = f"sm120kit/dcp-{alias}"
     held = made if made != branch and rev_parse(repo, f"refs/heads/{made}") else None
-    return StatusResult(alias, variant.name, str(repo), rev_parse(repo, "HEAD"), branch or None,
-                        results, held)
+    res = StatusResult(alias, variant.name, str(repo), rev_parse(repo, "HEAD"), branch or None,
+                       results, held)
+    if not all(r.state in ("applied", "upstream") for r in results):
+        res.fork_dcp = detect(repo, None, variant)
+    if res.fork_dcp is not None:  # what conflicts only because the fork did it its own way
+        gaps = {g.patch for g in res.fork_dcp.gaps}
+        for r in results:
+            if r.state == "conflict" and r.file not in gaps:
+                r.state, r.detail = "in-fork", "the tree does this its own way"
+    return res
 
 
 def _copy_files(repo: Path, dest: Path, files: list[str]) -> None:
