@@ -1,0 +1,94 @@
+"""Bring the message index's inputs (release wheels from PyPI) into a cache folder as plain source
+trees: ``<cache>/trees/<project>-<version>/`` holding only the files the extractors read.
+
+Downloads with ``pip download --no-deps --only-binary :all:`` (vLLM's sdists cannot be fetched by
+pip without building their metadata, which needs the CUDA build toolchain; wheels carry the same
+Python files), extracts the selected members, deletes the downloaded wheel (never one found in
+the test cache, which is only read). Nothing is imported or executed.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Source:
+    project: str     # "vllm", "torch", ...
+    dist: str        # the PyPI distribution name
+    version: str
+    globs: tuple[str, ...]   # members to keep (fnmatch on the path inside the wheel)
+
+
+def default_cache() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "sm120kit" / "msgindex-src"
+
+
+def _wheel_dirs() -> list[Path]:
+    """Folders that may already hold release wheels (the test cache): read, never written."""
+    out = []
+    for env in ("SM120KIT_TEST_CACHE", "SM120KIT_CACHE"):
+        v = os.environ.get(env)
+        if v:
+            out += [Path(v), Path(v) / "wheels"]
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    out += [Path(base) / "sm120kit" / "wheels", Path(base) / "sm120kit-test" / "wheels"]
+    return [p for p in out if p.is_dir()]
+
+
+def _find_wheel(src: Source) -> Path | None:
+    stem = src.dist.replace("-", "_")
+    for d in _wheel_dirs():
+        for w in d.glob(f"{stem}-{src.version}-*.whl"):
+            return w
+    return None
+
+
+def _download(src: Source, dest: Path) -> Path:
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
+           "--disable-pip-version-check", "-q", f"{src.dist}=={src.version}", "-d", str(dest)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    wheels = list(dest.glob("*.whl"))
+    if r.returncode != 0 or not wheels:
+        tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["no wheel"]
+        raise RuntimeError(f"pip download {src.dist}=={src.version} failed: {tail[0]}")
+    return wheels[0]
+
+
+def tree(src: Source, cache: Path) -> Path:
+    """The extracted tree of ``src`` (fetched once; a ``.complete`` stamp marks a whole one)."""
+    root = cache / "trees" / f"{src.project}-{src.version}"
+    stamp = root / ".complete"
+    if stamp.exists():
+        return root
+    if root.exists():
+        shutil.rmtree(root)
+    cache.mkdir(parents=True, exist_ok=True)
+    found = _find_wheel(src)
+    with tempfile.TemporaryDirectory(dir=cache, prefix="dl-") as tmp:
+        whl = found or _download(src, Path(tmp))
+        with zipfile.ZipFile(whl) as z:
+            for name in z.namelist():
+                if name.endswith("/") or not any(fnmatch.fnmatch(name, g) for g in src.globs):
+                    continue
+                out = root / name
+                out.parent.mkdir(parents=True, exist_ok=True)
+                out.write_bytes(z.read(name))
+    root.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(f"{src.dist}=={src.version} {'test-cache' if found else 'pypi'}\n")
+    return root
+
+
+if __name__ == "__main__":  # python scripts/msgindex_fetch.py vllm 0.6.6.post1 ...
+    project = sys.argv[1]
+    for v in sys.argv[2:]:
+        print(tree(Source(project, project, v, (f"{project}/*.py",)), default_cache()), flush=True)
