@@ -32,7 +32,7 @@ _LOGGER_NAME = re.compile(r"(?i)^(?:_*)(?:logger|log|logging|_log|LOG|LOGGER|war
                           r"\w*_logger|\w*_log)$")
 # helpers whose name says they report an error or warning: first string argument is the message
 _HELPER = re.compile(r"(?i)(?:^|_)(?:print_warning(?:_once)?|warn(?:ing)?_once|log_warning|"
-                     r"log_error|raise_\w+|\w*_error|fail|abort|warn_\w+)$")
+                     r"log_error|raise_\w+|\w*_error|fail|abort|warn|warn_\w+)$")
 
 _PCT = re.compile(r"%(?:\([^)]*\))?[-#0 +]*(?:\*|\d+)?(?:\.(?:\*|\d+))?[hlL]?([diouxXeEfFgGcrsa%])")
 _FMT_FIELD = re.compile(r"\{\{|\}\}|\{([^{}]*)\}")
@@ -241,10 +241,14 @@ class _Extractor:
                 self.visit(n, func, ev)
 
     def emit(self, node: ast.AST, func: str, kind: str, exc: str | None, level: str | None,
-             msg: ast.AST, ev: _Eval) -> None:
+             msg: ast.AST, ev: _Eval, pct: bool = False) -> None:
+        """One template per shape of ``msg`` (``pct``: a logging call with arguments, whose
+        ``%`` conversions logging fills in)."""
         line = getattr(node, "lineno", 0)
         seen = set()
         for p in ev.parts(msg, line)[:4]:
+            if pct:
+                p = tuple(x for k, v in p for x in (percent_parts(v) if k == "lit" else ((k, v),)))
             parts = normalize_parts(p)
             if parts in seen:
                 continue
@@ -282,11 +286,11 @@ class _Extractor:
                 if recv in ("self", "cls") and name not in ("warning", "warning_once", "error",
                                                             "exception", "critical"):
                     return
-                self.emit(n, func, "log", None, LOG_LEVELS[name], first, ev)
+                self.emit(n, func, "log", None, LOG_LEVELS[name], first, ev, pct=len(n.args) > 1)
                 return
         if _HELPER.search(name) and _is_stringish(first) and not isinstance(first, ast.Call):
             level = "warning" if "warn" in name.lower() else "error"
-            self.emit(n, func, "log", None, level, first, ev)
+            self.emit(n, func, "log", None, level, first, ev, pct=len(n.args) > 1)
 
 
 def extract_file(path: Path, rel: str, project: str, version: str) -> list[RawTemplate]:
