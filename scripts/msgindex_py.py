@@ -288,7 +288,8 @@ class _Extractor:
                     return
                 self.emit(n, func, "log", None, LOG_LEVELS[name], first, ev, pct=len(n.args) > 1)
                 return
-        if _HELPER.search(name) and _is_stringish(first) and not isinstance(first, ast.Call):
+        if _HELPER.search(name) and _is_stringish(first) and not isinstance(first, ast.Call) \
+                and any(k == "lit" for p in ev.parts(first, n.lineno) for k, _ in p):
             level = "warning" if "warn" in name.lower() else "error"
             self.emit(n, func, "log", None, level, first, ev, pct=len(n.args) > 1)
 
