@@ -3,8 +3,9 @@ trees: ``<cache>/trees/<project>-<version>/`` holding only the files the extract
 
 Downloads with ``pip download --no-deps --only-binary :all:`` (vLLM's sdists cannot be fetched by
 pip without building their metadata, which needs the CUDA build toolchain; wheels carry the same
-Python files), extracts the selected members, deletes the downloaded wheel (never one found in
-the test cache, which is only read). Nothing is imported or executed.
+Python files), an sdist only for a release without a wheel; extracts the selected members,
+deletes the download (never a wheel found in the test cache, which is only read). Nothing is
+imported; pip prepares an sdist's metadata.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,14 +57,36 @@ def _find_wheel(src: Source) -> Path | None:
 
 
 def _download(src: Source, dest: Path) -> Path:
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
-           "--disable-pip-version-check", "-q", f"{src.dist}=={src.version}", "-d", str(dest)]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    wheels = list(dest.glob("*.whl"))
-    if r.returncode != 0 or not wheels:
-        tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["no wheel"]
+    """The release's wheel; a release published only as an sdist (older FlashInfer) is
+    downloaded as one (pip prepares its metadata without build isolation: no build runs)."""
+    base = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+            "-q", f"{src.dist}=={src.version}", "-d", str(dest)]
+    r = subprocess.run(base + ["--only-binary", ":all:"], capture_output=True, text=True,
+                       timeout=900)
+    got = list(dest.glob("*.whl"))
+    if r.returncode != 0 or not got:
+        r = subprocess.run(base + ["--no-binary", ":all:", "--no-build-isolation"],
+                           capture_output=True, text=True, timeout=900)
+        got = list(dest.glob("*.tar.gz"))
+    if r.returncode != 0 or not got:
+        tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["no wheel or sdist"]
         raise RuntimeError(f"pip download {src.dist}=={src.version} failed: {tail[0]}")
-    return wheels[0]
+    return got[0]
+
+
+def _members(archive: Path) -> Iterator[tuple[str, bytes]]:
+    """(path inside the package, bytes) of a wheel, or of an sdist with its top folder cut."""
+    if archive.suffix == ".whl":
+        with zipfile.ZipFile(archive) as z:
+            for name in z.namelist():
+                if not name.endswith("/"):
+                    yield name, z.read(name)
+        return
+    with tarfile.open(archive, "r:gz") as t:
+        for m in t.getmembers():
+            f = t.extractfile(m) if m.isfile() else None
+            if f is not None:
+                yield m.name.split("/", 1)[-1], f.read()
 
 
 def tree(src: Source, cache: Path) -> Path:
@@ -75,14 +100,12 @@ def tree(src: Source, cache: Path) -> Path:
     cache.mkdir(parents=True, exist_ok=True)
     found = _find_wheel(src)
     with tempfile.TemporaryDirectory(dir=cache, prefix="dl-") as tmp:
-        whl = found or _download(src, Path(tmp))
-        with zipfile.ZipFile(whl) as z:
-            for name in z.namelist():
-                if name.endswith("/") or not any(fnmatch.fnmatch(name, g) for g in src.globs):
-                    continue
+        archive = found or _download(src, Path(tmp))
+        for name, data in _members(archive):
+            if any(fnmatch.fnmatch(name, g) for g in src.globs):
                 out = root / name
                 out.parent.mkdir(parents=True, exist_ok=True)
-                out.write_bytes(z.read(name))
+                out.write_bytes(data)
     root.mkdir(parents=True, exist_ok=True)
     stamp.write_text(f"{src.dist}=={src.version} {'test-cache' if found else 'pypi'}\n")
     return root
