@@ -9,7 +9,8 @@ the same run.
    metrics line (``Engine 000: Avg prompt throughput ...``), request lines (``Added request``,
    ``Finished request``) and access lines (``"POST /v1/chat/completions HTTP/1.1" 200 OK``),
    SpecDecoding metrics every 10 s, and at the end a stall (0.0 tokens/s with running requests,
-   an RPC timeout). Anchor: a minimal Python scanner (the file read line by line, decoded, one
+   an RPC timeout: an error line, so diagnose loads the message index and looks it up). Anchor:
+   a minimal Python scanner (the file read line by line, decoded, one
    compiled regex search per line for the signature set). Target: diagnose <= 1.5x its time.
 
 Both logs are also counted by ``grep -E -c`` with the same signature set. Each tool runs as its own
@@ -257,6 +258,34 @@ def _grep(log: Path, mb: float) -> float | None:
     return g_s
 
 
+INDEX_LOAD = r"""
+import time
+t0 = time.perf_counter()
+from sm120kit.diagnose.msgindex import load
+idx = load()
+n = idx.meta["templates"]
+t1 = time.perf_counter()
+m = idx.match("(EngineCore_DP0 pid=90) ERROR 12-02 23:55:00 [core.py:1177] RPC call to "
+              "sample_tokens timed out.")
+t2 = time.perf_counter()
+print(f"{(t1 - t0) * 1000:.1f} {(t2 - t1) * 1000:.2f} {n} {len(m)}")
+"""
+
+
+def _index_load() -> None:
+    """The message index's load time (import + open + metadata) and one line's lookup, in a
+    fresh process; diagnose loads it whenever a log records a failure line."""
+    out = subprocess.run([sys.executable, "-c", INDEX_LOAD], capture_output=True, text=True,
+                         timeout=120)
+    if out.returncode != 0:
+        print(f"[0] message index: not loadable ({out.stderr.strip().splitlines()[-1:]})")
+        return
+    load_ms, match_ms, n, hits = out.stdout.split()
+    ok = float(load_ms) < 50
+    print(f"[0] message index: {n} templates, load {load_ms} ms (target <50 ms: "
+          f"{'met' if ok else 'MISSED'}), one line looked up in {match_ms} ms ({hits} match(es))")
+
+
 def _warm(log: Path) -> None:
     """Read the file once so every tool reads it from the page cache."""
     with open(log, "rb") as f:
@@ -271,6 +300,7 @@ def main() -> int:
     ap.add_argument("--keep", action="store_true", help="keep the generated logs")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="sm120kit-bench-diagnose-"))
+    _index_load()
     try:
         log = tmp / "vllm-tp8.log"
         t0 = time.perf_counter()

@@ -76,7 +76,7 @@ INPUTS: tuple[tuple[str, str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("vllm", "vllm", tuple(VLLM), ("vllm/*.py",)),
     ("torch", "torch", ("2.5.1", "2.9.1", "2.13.0"), ("torch/distributed/*.py",)),
     ("flashinfer", "flashinfer-python", ("0.2.14.post1", "0.4.1", "0.5.3", "0.6.18.post1", "0.7.4"),
-     ("flashinfer/*.py",)),
+     ("flashinfer/*.py", "!flashinfer/data/*", "!flashinfer/experimental/*")),
     ("ray", "ray", ("2.40.0", "2.49.2", "2.60.0"), _RAY),
     ("sglang", "sglang", ("0.4.10.post2", "0.5.23"), ("sglang/srt/*.py",)),
     ("transformers", "transformers", ("4.57.6", "5.25.0"), _TRANSFORMERS),
@@ -276,6 +276,7 @@ def build(trees: list[tuple[str, str, str, Path]], out: Path, cache: ExtractCach
     for project, dist, version, root in trees:
         raw = extract_tree(root, project, version, cache)
         per_version[project][version] = raw
+        print(f"extracted {project} {version}: {len(raw)} templates", file=sys.stderr, flush=True)
         n, ok = coverage(raw)
         inputs.append({"project": project, "dist": dist, "version": version,
                        "files": sum(1 for _ in root.rglob("*.py")), "templates": len(raw),

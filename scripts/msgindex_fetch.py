@@ -28,7 +28,12 @@ class Source:
     project: str     # "vllm", "torch", ...
     dist: str        # the PyPI distribution name
     version: str
-    globs: tuple[str, ...]   # members to keep (fnmatch on the path inside the wheel)
+    globs: tuple[str, ...]   # members to keep (fnmatch on the path inside the wheel; "!" drops)
+
+    def keeps(self, name: str) -> bool:
+        if any(fnmatch.fnmatch(name, g[1:]) for g in self.globs if g.startswith("!")):
+            return False
+        return any(fnmatch.fnmatch(name, g) for g in self.globs if not g.startswith("!"))
 
 
 def default_cache() -> Path:
@@ -102,7 +107,7 @@ def tree(src: Source, cache: Path) -> Path:
     with tempfile.TemporaryDirectory(dir=cache, prefix="dl-") as tmp:
         archive = found or _download(src, Path(tmp))
         for name, data in _members(archive):
-            if any(fnmatch.fnmatch(name, g) for g in src.globs):
+            if src.keeps(name):
                 out = root / name
                 out.parent.mkdir(parents=True, exist_ok=True)
                 out.write_bytes(data)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from msgindex_common import RawTemplate, normalize_parts
@@ -117,49 +117,53 @@ class _Eval:
         if isinstance(node, ast.Constant):
             return [(("lit", node.value),)] if isinstance(node.value, str) else [ANY]
         if isinstance(node, ast.JoinedStr):
-            acc: list[tuple[str, str]] = []
-            for v in node.values:
-                if isinstance(v, ast.Constant) and isinstance(v.value, str):
-                    acc.append(("lit", v.value))
-                elif isinstance(v, ast.FormattedValue):
-                    spec = ""
-                    if isinstance(v.format_spec, ast.JoinedStr):
-                        spec = "".join(c.value for c in v.format_spec.values
-                                       if isinstance(c, ast.Constant) and isinstance(c.value, str))
-                    acc.append(("hole", _spec_type(spec)))
-            return [tuple(acc)]
+            return [self._fstring(node)]
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
             left = self.parts(node.left, line, depth + 1)
             right = self.parts(node.right, line, depth + 1)
             return [a + b for a in left[:2] for b in right[:2]]
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
-            fmts = self.parts(node.left, line, depth + 1)
-            out = []
-            for f in fmts:
-                acc2: list[tuple[str, str]] = []
-                for k, v in f:
-                    acc2 += percent_parts(v) if k == "lit" else [(k, v)]
-                out.append(tuple(acc2))
-            return out
+            return self._expand(self.parts(node.left, line, depth + 1), percent_parts)
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-            if node.func.attr == "format":
-                fmts = self.parts(node.func.value, line, depth + 1)
-                out = []
-                for f in fmts:
-                    acc3: list[tuple[str, str]] = []
-                    for k, v in f:
-                        acc3 += format_parts(v) if k == "lit" else [(k, v)]
-                    out.append(tuple(acc3))
-                return out
-            if node.func.attr in ("strip", "rstrip", "lstrip") and not node.args:
-                return self.parts(node.func.value, line, depth + 1)
-            return [ANY]
+            return self._method(node, node.func, line, depth)
         if isinstance(node, ast.IfExp):
             return (self.parts(node.body, line, depth + 1)[:2]
                     + self.parts(node.orelse, line, depth + 1)[:2])
         if isinstance(node, ast.Name):
             got = self.scope.get(node.id, line)
             return got if got else [ANY]
+        return [ANY]
+
+    @staticmethod
+    def _fstring(node: ast.JoinedStr) -> Parts:
+        acc: list[tuple[str, str]] = []
+        for v in node.values:
+            if isinstance(v, ast.Constant) and isinstance(v.value, str):
+                acc.append(("lit", v.value))
+            elif isinstance(v, ast.FormattedValue):
+                spec = ""
+                if isinstance(v.format_spec, ast.JoinedStr):
+                    spec = "".join(c.value for c in v.format_spec.values
+                                   if isinstance(c, ast.Constant) and isinstance(c.value, str))
+                acc.append(("hole", _spec_type(spec)))
+        return tuple(acc)
+
+    @staticmethod
+    def _expand(fmts: list[Parts], how: Callable[[str], Parts]) -> list[Parts]:
+        """Each literal of each shape run through a format parser (``%`` or ``.format``)."""
+        out = []
+        for f in fmts:
+            acc: list[tuple[str, str]] = []
+            for k, v in f:
+                acc += how(v) if k == "lit" else [(k, v)]
+            out.append(tuple(acc))
+        return out
+
+    def _method(self, node: ast.Call, func: ast.Attribute, line: int, depth: int) -> list[Parts]:
+        if func.attr == "format":
+            return self._expand(self.parts(func.value, line, depth + 1), format_parts)
+        if func.attr in ("strip", "rstrip", "lstrip") and not node.args:
+            return self.parts(func.value, line, depth + 1)
         return [ANY]
 
 

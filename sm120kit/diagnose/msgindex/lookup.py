@@ -18,7 +18,8 @@ def lookup_line(text: str) -> dict[str, Any]:
     try:
         idx = load()
     except IndexMissing as exc:
-        raise UserError(str(exc), hint="regenerate it: python scripts/build_message_index.py")
+        raise UserError(str(exc),
+                        hint="regenerate it: python scripts/build_message_index.py") from exc
     matches = idx.match(line)
     meta = idx.meta
     return {"status": "ok", "line": line, "matches": [m.to_dict() for m in matches],
