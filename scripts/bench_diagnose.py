@@ -263,7 +263,7 @@ import time
 t0 = time.perf_counter()
 from sm120kit.diagnose.msgindex import load
 idx = load()
-n = idx.meta["templates"]
+n = idx.meta_value("templates")
 t1 = time.perf_counter()
 m = idx.match("(EngineCore_DP0 pid=90) ERROR 12-02 23:55:00 [core.py:1177] RPC call to "
               "sample_tokens timed out.")

@@ -210,7 +210,8 @@ def write_index(out: Path, templates: list[Merged], meta: dict[str, object], ima
     db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT) WITHOUT ROWID")
     db.execute("CREATE TABLE templates (id INTEGER PRIMARY KEY, project TEXT, file TEXT, "
                "line INTEGER, function TEXT, kind TEXT, exc TEXT, level TEXT, text TEXT, "
-               "regex TEXT, since TEXT, until TEXT, nrel INTEGER, category TEXT, litlen INTEGER)")
+               "regex TEXT, since TEXT, until TEXT, nrel INTEGER, category TEXT, litlen INTEGER, "
+               "words TEXT)")
     db.execute("CREATE TABLE words (word TEXT PRIMARY KEY, ids TEXT) WITHOUT ROWID")
     rows_sorted = sorted(zip(rows, words_of, strict=True),
                          key=lambda r: (r[0].project, r[0].file, r[0].line))
@@ -220,10 +221,10 @@ def write_index(out: Path, templates: list[Merged], meta: dict[str, object], ima
         cats[cat] += 1
         rare = min(ws, key=lambda w: (df[w], -len(w)))
         lookup[rare].append(i)
-        db.execute("INSERT INTO templates VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        db.execute("INSERT INTO templates VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                    (i, m.project, m.file, m.line, m.function, m.kind, m.exc, m.level, text,
                     parts_to_regex(m.parts), m.versions[0], m.versions[-1], len(m.versions), cat,
-                    literal_length(m.parts)))
+                    literal_length(m.parts), " ".join(ws)))
     db.executemany("INSERT INTO words VALUES (?,?)",
                    ((w, ",".join(map(str, ids))) for w, ids in sorted(lookup.items())))
     meta = dict(meta, templates=len(rows), unmatchable=len(templates) - len(rows),

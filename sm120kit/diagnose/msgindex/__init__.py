@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 SHIPPED = Path(__file__).resolve().parent / "index.sqlite"
-FORMAT = 1
+FORMAT = 2
 # a template with fewer literal characters than this says too little to be matched
 MIN_LITERAL = 12
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9_]{3,}")
@@ -57,6 +57,7 @@ class Template:
     releases: int    # how many indexed releases hold it
     category: str    # a category of sm120kit.diagnose.categories, or "none"
     litlen: int      # literal characters (how specific it is)
+    words: str       # its anchor words (lower case, space-separated): all are in a matching line
 
     @property
     def is_error(self) -> bool:
@@ -124,6 +125,11 @@ class MessageIndex:
             self._meta = {k: json.loads(v) for k, v in self.db.execute("SELECT key, value FROM meta")}
         return self._meta
 
+    def meta_value(self, key: str) -> Any:
+        """One metadata value, without reading the rest (the input list is long)."""
+        row = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return json.loads(row[0]) if row else None
+
     def _templates(self, ids: list[int]) -> list[Template]:
         missing = [i for i in ids if i not in self._tpl]
         for chunk in range(0, len(missing), 500):
@@ -141,8 +147,8 @@ class MessageIndex:
                 self._rx[t.id] = None
         return self._rx[t.id]
 
-    def candidates(self, line: str) -> list[int]:
-        words = list({w.lower() for w in _WORD.findall(line)})
+    def candidates(self, line: str, found: set[str] | None = None) -> list[int]:
+        words = list(found if found is not None else {w.lower() for w in _WORD.findall(line)})
         if not words:
             return []
         ids: list[int] = []
@@ -155,10 +161,14 @@ class MessageIndex:
 
     def match(self, line: str, limit: int = 5) -> list[Match]:
         """The templates whose regex finds ``line``'s message, most specific first (literal
-        length, then the newest release), one per (message, category)."""
+        length, then the newest release), one per (message, category). A template is tried only
+        when every anchor word of it is a word of the line."""
         line = line.rstrip("\r\n")
+        words = {w.lower() for w in _WORD.findall(line)}
         out: list[Match] = []
-        for t in self._templates(self.candidates(line)):
+        for t in self._templates(self.candidates(line, words)):
+            if not words.issuperset(t.words.split()):
+                continue
             rx = self._regex(t)
             if rx is not None and rx.search(line):
                 out.append(Match(t, line, min(1.0, t.litlen / max(1, len(line.strip())))))
@@ -186,8 +196,9 @@ def load(path: Path | None = None) -> MessageIndex:
         raise IndexMissing(f"{p}: no message index (run scripts/build_message_index.py)")
     try:
         idx = MessageIndex(p)
-        if int(idx.meta.get("format", 0)) != FORMAT:
-            raise IndexMissing(f"{p}: index format {idx.meta.get('format')} != {FORMAT}")
+        fmt = idx.meta_value("format")
+        if fmt != FORMAT:
+            raise IndexMissing(f"{p}: index format {fmt} != {FORMAT} (regenerate it)")
     except sqlite3.DatabaseError as exc:
         raise IndexMissing(f"{p}: unreadable message index: {exc}") from exc
     return idx

@@ -83,7 +83,9 @@ def _strs(v: object) -> tuple[str, ...]:
         return ()
     if isinstance(v, str):
         return (v,)
-    return tuple(str(x) for x in v)  # type: ignore[union-attr]
+    if isinstance(v, list | tuple):
+        return tuple(str(x) for x in v)
+    raise MappingError(f"expected a string or a list of strings, got {v!r}")
 
 
 def load_map(path: Path = MAP_FILE) -> IndexMap:

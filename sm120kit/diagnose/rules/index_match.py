@@ -1,21 +1,17 @@
-"""What the software says it is: failure lines matched in the message index (``diagnose.msgindex``).
-
-A failure line (an ERROR/CRITICAL line, an exception, a process's first error) that is a message
-vLLM, torch.distributed, NCCL, CUDA, FlashInfer, Ray, SGLang or a weight loader raises or logs at
-error level names its category through the module that prints it (``catalogue/index_map.toml``).
-Moderate confidence, below a curated catalogue entry, so curated knowledge wins where both match;
-warnings and templates without a category are never findings. The template's releases are version
-evidence: a log whose vLLM lies outside them runs a fork or a patched tree.
+"""Failure lines that are messages of the message index (``diagnose.msgindex``): the module
+that raises or logs a message names its category (``catalogue/index_map.toml``). Moderate
+confidence: a curated catalogue entry wins a line it matches; warnings and templates without a
+category are never findings. The template's releases are version evidence too.
 """
 
 from __future__ import annotations
 
+from sm120kit.diagnose.catalogue import not_evidence
 from sm120kit.diagnose.msgindex import Match, try_load
 from sm120kit.diagnose.rules.base import Finding, Rule, RuleContext
 from sm120kit.evidence.logs.analyze import Evidence
 
-MIN_COVER = 0.3  # the template's literal text must be this share of the line at least
-MIN_LITERAL = 16
+MIN_COVER, MIN_LITERAL = 0.3, 16  # share of the line the literal text covers; its length
 
 
 def _lines(ctx: RuleContext) -> list[Evidence]:
@@ -25,8 +21,7 @@ def _lines(ctx: RuleContext) -> list[Evidence]:
     out = list(lg.failures)
     for p in lg.procs.values():
         out += [e for e in (p.exception_ev, p.first_error) if e is not None]
-    seen: set[str] = set()
-    return [e for e in out if not (e.ref in seen or seen.add(e.ref))][:16]  # type: ignore[func-returns-value]
+    return list({e.ref: e for e in out}.values())[:16]
 
 
 def _best(line: str) -> Match | None:
@@ -55,6 +50,8 @@ def _version_note(ctx: RuleContext, m: Match) -> str:
 def check(ctx: RuleContext) -> list[Finding]:
     by_cat: dict[str, list[tuple[Evidence, Match]]] = {}
     for ev in _lines(ctx):
+        if not_evidence(ev.text) or (ctx.catalogue is not None and ctx.catalogue.scan(ev.text)):
+            continue  # advice/completion; or a curated entry names this line: it wins
         m = _best(ev.text)
         if m is not None:
             by_cat.setdefault(m.template.category, []).append((ev, m))
@@ -66,8 +63,8 @@ def check(ctx: RuleContext) -> list[Finding]:
         out.append(RULE.finding(
             conf, f"{t.source()}: \"{t.text[:160]}\"" + _version_note(ctx, m),
             [ev] + [e for e, _ in hits[1:4]], category=cat, role="cause",
-            fix=f"The message comes from {t.file} ({t.function or 'module level'}): read the "
-                "condition there for what it checks; the category follows from that module."))
+            fix=f"Read the condition at {t.file}:{t.line} ({t.function or 'module level'}) "
+                "for what it checks: that module's meaning gives the category."))
     return out
 
 
