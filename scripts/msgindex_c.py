@@ -551,40 +551,69 @@ def _printf_arg(a: Sequence[Tok], ctx: _Ctx) -> list[Part]:
     return printf_parts(_concat(a)) if _only_strings(a) else expr_parts(a, ctx)
 
 
-def _message(spec: CallSpec, args: list[list[Tok]], ctx: _Ctx, text: str
-             ) -> tuple[list[Part], str | None] | None:
-    """The parts and the exception type a call's arguments give, or None (not a message)."""
-    f = spec.form
-    if f == "check":
-        if len(args) < 2 or args[1:] == [[]]:
-            return [("lit", f"Expected {_src(text, args[0])} to be true, but got false.")], spec.exc
-        return _joined(args[1:], ctx), spec.exc
-    if f == "check_with":
-        return (_joined(args[2:], ctx), _exc_name(args[0])) if len(args) >= 3 else None
-    if f == "assert":
-        head: list[Part] = [("lit", f"{_src(text, args[0])} INTERNAL ASSERT FAILED at "),
-                            ("hole", "any"), ("lit", ", please report a bug to PyTorch. ")]
-        return head + _joined(args[1:], ctx), spec.exc
-    if f == "typed":
-        return (_joined(args[1:], ctx), _exc_name(args[0])) if len(args) >= 2 else None
-    if f == "varargs":
-        return _joined(args, ctx, spec.sep), spec.exc
-    if f == "fi_check":
-        if len(args) < 2 or args[1:] == [[]]:
-            return [("lit", f"Check failed: {_src(text, args[0])}")], spec.exc
-        return _joined(args[1:], ctx, spec.sep), spec.exc
-    if f == "fmt":
-        return (fmt_parts(_concat(args[0])) if args and _only_strings(args[0])
-                else expr_parts(args[0], ctx)), spec.exc
-    if f == "printf":
-        return _printf_arg(args[0], ctx), spec.exc
-    if f == "printf_skip1":
-        return (_printf_arg(args[1], ctx), spec.exc) if len(args) >= 2 else None
-    if f == "printf_stderr":
-        if len(args) >= 2 and [t.text for t in args[0]] in (["stderr"], ["std", "::", "cerr"]):
-            return _printf_arg(args[1], ctx), spec.exc
-        return None
+_Msg = tuple[list[Part], str | None] | None
+
+
+def _m_check(spec: CallSpec, args: list[list[Tok]], ctx: _Ctx, text: str) -> _Msg:
+    if len(args) < 2 or args[1:] == [[]]:
+        return [("lit", f"Expected {_src(text, args[0])} to be true, but got false.")], spec.exc
+    return _joined(args[1:], ctx), spec.exc
+
+
+def _m_check_with(spec: CallSpec, args: list[list[Tok]], ctx: _Ctx, text: str) -> _Msg:
+    return (_joined(args[2:], ctx), _exc_name(args[0])) if len(args) >= 3 else None
+
+
+def _m_assert(spec: CallSpec, args: list[list[Tok]], ctx: _Ctx, text: str) -> _Msg:
+    head: list[Part] = [("lit", f"{_src(text, args[0])} INTERNAL ASSERT FAILED at "),
+                        ("hole", "any"), ("lit", ", please report a bug to PyTorch. ")]
+    return head + _joined(args[1:], ctx), spec.exc
+
+
+def _m_typed(spec: CallSpec, args: list[list[Tok]], ctx: _Ctx, text: str) -> _Msg:
+    return (_joined(args[1:], ctx), _exc_name(args[0])) if len(args) >= 2 else None
+
+
+def _m_varargs(spec: CallSpec, args: list[list[Tok]], ctx: _Ctx, text: str) -> _Msg:
+    return _joined(args, ctx, spec.sep), spec.exc
+
+
+def _m_fi_check(spec: CallSpec, args: list[list[Tok]], ctx: _Ctx, text: str) -> _Msg:
+    if len(args) < 2 or args[1:] == [[]]:
+        return [("lit", f"Check failed: {_src(text, args[0])}")], spec.exc
+    return _joined(args[1:], ctx, spec.sep), spec.exc
+
+
+def _m_fmt(spec: CallSpec, args: list[list[Tok]], ctx: _Ctx, text: str) -> _Msg:
+    parts = fmt_parts(_concat(args[0])) if _only_strings(args[0]) else expr_parts(args[0], ctx)
+    return parts, spec.exc
+
+
+def _m_printf(spec: CallSpec, args: list[list[Tok]], ctx: _Ctx, text: str) -> _Msg:
+    return _printf_arg(args[0], ctx), spec.exc
+
+
+def _m_printf_skip1(spec: CallSpec, args: list[list[Tok]], ctx: _Ctx, text: str) -> _Msg:
+    return (_printf_arg(args[1], ctx), spec.exc) if len(args) >= 2 else None
+
+
+def _m_printf_stderr(spec: CallSpec, args: list[list[Tok]], ctx: _Ctx, text: str) -> _Msg:
+    if len(args) >= 2 and [t.text for t in args[0]] in (["stderr"], ["std", "::", "cerr"]):
+        return _printf_arg(args[1], ctx), spec.exc
     return None
+
+
+_FORMS: dict[str, Callable[[CallSpec, list[list[Tok]], _Ctx, str], _Msg]] = {
+    "check": _m_check, "check_with": _m_check_with, "assert": _m_assert, "typed": _m_typed,
+    "varargs": _m_varargs, "fi_check": _m_fi_check, "fmt": _m_fmt, "printf": _m_printf,
+    "printf_skip1": _m_printf_skip1, "printf_stderr": _m_printf_stderr,
+}
+
+
+def _message(spec: CallSpec, args: list[list[Tok]], ctx: _Ctx, text: str) -> _Msg:
+    """The parts and the exception type a call's arguments give, or None (not a message)."""
+    form = _FORMS.get(spec.form)
+    return form(spec, args, ctx, text) if form else None
 
 
 def _stream_message(name: str, spec: CallSpec, args: list[list[Tok]], stream: Sequence[Tok],
@@ -698,19 +727,17 @@ def _resolve(got: _Got, toks: Sequence[Tok], parens: dict[int, int], fopen: int,
     ctx = _Ctx(toks, parens, fopen, got.at)
     line = toks[got.at].line
     if got.name.startswith("throw "):
-        exc = got.name[6:]
         if not got.args or not got.args[0]:
             return None
         parts = expr_parts(got.args[0], ctx)
-        return Found(line, got.at, "raise", exc, "error", _clean(parts)) \
+        return Found(line, got.at, "raise", got.name[6:], "error", _clean(parts)) \
             if has_literal(parts) else None
     if got.stream is not None:
         spec = STREAMS[got.name]
         res = _stream_message(got.name, spec, got.args, got.stream, ctx, text)
         if res is None or not has_literal(res[0]):
             return None
-        parts, exc, level = res
-        return Found(line, got.at, spec.kind, exc, level, _clean(list(spec.prefix) + parts))
+        return Found(line, got.at, spec.kind, res[1], res[2], _clean(list(spec.prefix) + res[0]))
     spec = CALLS[got.name]
     if not got.args or not got.args[0]:
         return None
@@ -1044,7 +1071,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", required=True, type=Path)
     args = ap.parse_args(argv)
     templates, counts = run(args.source, args.binary, args.cuda)
-    header = {"inputs": [asdict(s) for s in c_inputs()], "counts": counts,
+    header: dict[str, object] = {"inputs": [asdict(s) for s in c_inputs()], "counts": counts,
               "extractor": "scripts/msgindex_c.py"}
     write_jsonl(args.out, templates, header)
     for c in counts:

@@ -14,6 +14,7 @@ import glob
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,7 +33,7 @@ except ImportError:  # a minimal one of the same contract: literals escaped, typ
              "num": r"-?(?:0[xX][0-9a-fA-F]+|\d+(?:\.\d+)?)", "hex": r"(?:0[xX])?[0-9a-fA-F]+",
              "word": r"\S+", "path": r"\S+", "any": r".*?"}
 
-    def parts_to_regex(parts):  # type: ignore[no-redef]
+    def parts_to_regex(parts):
         ps = []
         for k, v in parts:  # a log line is matched alone: the message's first line counts
             if k == "lit" and "\n" in v:
@@ -219,10 +220,12 @@ def test_command_line_writes_a_header_and_templates(tmp_path) -> None:
     assert mc.main(["--source", f"nccl@2.0={FIXTURE / 'nccl'}",
                     "--cuda", f"t={FIXTURE / 'cuda/include'}", "--out", str(out)]) == 0
     header, got = mc.read_jsonl(out)
-    assert [c["templates"] for c in header["counts"]] == [
+    counts: Any = header["counts"]
+    inputs: Any = header["inputs"]
+    assert [c["templates"] for c in counts] == [
         len(mc.extract_c(FIXTURE / "nccl", "nccl", "2.0")), 14]  # 3 runtime + 4 driver codes, x2
     assert {t.project for t in got} == {"nccl", "cuda"}
-    assert {s["project"] for s in header["inputs"]} >= {"nccl", "torch", "cuda", "flashinfer",
+    assert {s["project"] for s in inputs} >= {"nccl", "torch", "cuda", "flashinfer",
                                                        "hami"}
 
 
@@ -233,11 +236,12 @@ def committed() -> tuple[dict, list]:
 
 def test_committed_extraction_covers_every_input(committed) -> None:
     header, got = committed
-    made = {(c["project"], c["version"]) for c in header["counts"]}
+    counts: Any = header["counts"]
+    made = {(c["project"], c["version"]) for c in counts}
     for spec in mc.c_inputs():
         for version in spec.versions:
             assert (spec.project, version) in made, (spec.project, version)
-    assert all(c["templates"] > 0 for c in header["counts"])
+    assert all(c["templates"] > 0 for c in counts)
     projects = {t.project for t in got}
     assert projects == {"nccl", "torch", "flashinfer", "hami", "cuda"}
 
