@@ -667,11 +667,27 @@ def _enclosing(funcs: Sequence[tuple[int, int, str]], at: int) -> tuple[int, str
     return best
 
 
+_DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+(\w+)(?:[^\n\\]|\\.|\\\n)*", re.M)
+
+
+def _defines(text: str) -> list[tuple[int, int, str]]:
+    """(start, end, name) of each ``#define`` with its continuation lines."""
+    return [(m.start(), m.end(), m.group(1)) for m in _DEFINE.finditer(text)]
+
+
+def _in_define(defines: Sequence[tuple[int, int, str]], offset: int) -> str:
+    for start, end, name in defines:
+        if start <= offset < end:
+            return f"#define {name}"
+    return ""
+
+
 def find_messages(text: str) -> list[tuple[Found, str]]:
     """Every message call in one C/C++ file: (what was found, enclosing function)."""
     toks = tokenize(text)
     parens = _match_parens(toks)
     funcs = _functions(toks, parens)
+    defines = _defines(text) if "define" in text else []
     out: list[tuple[Found, str]] = []
     for i, t in enumerate(toks):
         if t.kind == "ident" and t.text == "throw":
@@ -685,7 +701,7 @@ def find_messages(text: str) -> list[tuple[Found, str]]:
         fopen, fname = _enclosing(funcs, i)
         found = _resolve(got, toks, parens, fopen, text)
         if found is not None and has_literal(found.parts):
-            out.append((found, fname))
+            out.append((found, fname or _in_define(defines, t.start)))
     return out
 
 
@@ -815,6 +831,20 @@ _SRC_PATH = re.compile(r"^/[\w./-]+\.(?:cpp|cc|cu|cuh|h|hpp)$")
 _TU_PATH = re.compile(r"^/[\w./-]+\.(?:cpp|cc|cu)$")
 
 
+_BUILD_ROOT = re.compile(r"^(/[\w./-]*?/)(?:torch|c10|aten)/[\w./-]+\.(?:cpp|cc|cu)$")
+
+
+def build_root(strings: Iterable[str]) -> str:
+    """The folder a library was built in (``/pytorch/``, ``/__w/pytorch/pytorch/``): the most
+    common prefix of its ``__FILE__`` paths."""
+    roots: dict[str, int] = {}
+    for s in strings:
+        m = _BUILD_ROOT.match(s)
+        if m:
+            roots[m.group(1)] = roots.get(m.group(1), 0) + 1
+    return max(roots, key=lambda r: roots[r]) if roots else "/"
+
+
 def attribute_files(strings: Sequence[str], build_root: str, reach: int = 400) -> list[str]:
     """The source file each string most likely came from ("" if none within ``reach``).
 
@@ -839,13 +869,14 @@ def attribute_files(strings: Sequence[str], build_root: str, reach: int = 400) -
     return out
 
 
-def extract_binary_strings(lib: Path, project: str, version: str, build_root: str,
-                           keep: Callable[[str], bool]) -> list[RawTemplate]:
+def extract_binary_strings(lib: Path, project: str, version: str,
+                           keep: Callable[[str], bool], root: str | None = None
+                           ) -> list[RawTemplate]:
     """Library strings that look like message pieces (two words or more) and whose attributed
     source file (see :func:`attribute_files`) ``keep`` accepts, one literal-only template each
     (kind ``binary-string``, line 0, no function). printf/fmt holes in them are typed."""
     strings = rodata_strings(lib, min_len=8)
-    files = attribute_files(strings, build_root)
+    files = attribute_files(strings, root if root is not None else build_root(strings))
     out: list[RawTemplate] = []
     seen: set[str] = set()
     for s, f in zip(strings, files, strict=True):
@@ -1021,7 +1052,7 @@ def run(sources: Sequence[str], binaries: Sequence[str], cudas: Sequence[str]
         out += got
     for value in binaries:
         project, version, path = _spec(value)
-        got = extract_binary_strings(Path(path), project, version, "/pytorch/", torch_c10d_file)
+        got = extract_binary_strings(Path(path), project, version, torch_c10d_file)
         counts.append({"input": "binary", "project": project, "version": version,
                        "file": Path(path).name, "templates": len(got)})
         out += got
