@@ -65,11 +65,15 @@ What it reads (each a pure function of files on disk, no network):
   enum name is the ``exc``.
 
 ``c_inputs()`` lists the real inputs the committed ``scripts/msgindex-sources/c-templates.jsonl.gz``
-was made from (NCCL, HAMi-core and FlashInfer git tags, the torch wheels' headers and library,
-the CUDA runtime wheels). Run alone::
+was made from (NCCL, HAMi-core and FlashInfer git tags, the torch wheels' headers and libraries,
+the CUDA runtime wheels); ``scripts/msgindex-sources/regenerate-c.sh`` fetches and unpacks them
+and runs this script. Run alone::
 
     python scripts/msgindex_c.py --source nccl@2.27.7=DIR --source torch@2.9.1=DIR \\
         --binary torch@2.9.1=libtorch_cuda.so --cuda 12.9.79=INCLUDE_DIR:LIBCUDART --out FILE.jsonl.gz
+
+It prints one JSON count record per input and writes a header line (inputs and counts) and one
+RawTemplate per line (gzip when the name ends in ``.gz``).
 """
 
 from __future__ import annotations
@@ -827,16 +831,16 @@ def _elf_section(data: bytes, want: bytes) -> bytes | None:
 
 
 _MESSAGEISH = re.compile(r"[A-Za-z]{2,}[^A-Za-z]+[A-Za-z]{2,}")
-_SRC_PATH = re.compile(r"^/[\w./-]+\.(?:cpp|cc|cu|cuh|h|hpp)$")
-_TU_PATH = re.compile(r"^/[\w./-]+\.(?:cpp|cc|cu)$")
+_SRC_PATH = re.compile(r"^(?:/|\.\./)[\w./-]+\.(?:cpp|cc|cu|cuh|h|hpp)$")
+_TU_PATH = re.compile(r"^(?:/|\.\./)[\w./-]+\.(?:cpp|cc|cu)$")
 
 
-_BUILD_ROOT = re.compile(r"^(/[\w./-]*?/)(?:torch|c10|aten)/[\w./-]+\.(?:cpp|cc|cu)$")
+_BUILD_ROOT = re.compile(r"^(/[\w./-]*?/|(?:\.\./)+)(?:torch|c10|aten)/[\w./-]+\.(?:cpp|cc|cu)$")
 
 
 def build_root(strings: Iterable[str]) -> str:
-    """The folder a library was built in (``/pytorch/``, ``/__w/pytorch/pytorch/``): the most
-    common prefix of its ``__FILE__`` paths."""
+    """The folder a library was built in (``/pytorch/``, ``/__w/pytorch/pytorch/``, or ``../``
+    in builds up to torch 2.4 or so): the most common prefix of its ``__FILE__`` paths."""
     roots: dict[str, int] = {}
     for s in strings:
         m = _BUILD_ROOT.match(s)
@@ -998,6 +1002,9 @@ class InputSpec:
 NCCL_TAGS = ("v2.21.5-1", "v2.22.3-1", "v2.23.4-1", "v2.24.3-1", "v2.25.1-1", "v2.26.6-1",
              "v2.27.7-1", "v2.28.9-1", "v2.29.7-1", "v2.30.7-1")
 FLASHINFER_TAGS = ("v0.2.5", "v0.3.1", "v0.4.1", "v0.5.3", "v0.6.17")
+# torch: PyPI's default Linux wheels (CUDA 12.1 ... 13.0 builds) and the +cpu build
+TORCH_CUDA = ("2.4.0", "2.6.0", "2.8.0", "2.9.1", "2.10.0", "2.12.1", "2.14.1")
+TORCH_CPU = "2.13.0"
 
 
 def c_inputs() -> list[InputSpec]:
@@ -1006,19 +1013,22 @@ def c_inputs() -> list[InputSpec]:
         InputSpec("nccl", tuple(t[1:].rsplit("-", 1)[0] for t in NCCL_TAGS),
                   "github NVIDIA/nccl, the last tag of each minor release 2.21-2.30",
                   ("src/**",), "extract_c", "git archive TAG src"),
-        InputSpec("torch", ("2.9.1", "2.13.0"), "PyPI torch wheels (2.9.1 the CUDA 12.8 build, "
-                  "2.13.0+cpu)", ("torch/include/torch/csrc/distributed/**",
-                                  "torch/include/c10/**", "torch/include/torch/csrc/cuda/**"),
+        InputSpec("torch", TORCH_CUDA + (TORCH_CPU,), "PyPI torch wheels: the default Linux "
+                  "(CUDA) builds, and the +cpu build", ("torch/include/torch/csrc/distributed/**",
+                                                       "torch/include/c10/util/**",
+                                                       "torch/include/c10/cuda/**",
+                                                       "torch/include/torch/csrc/cuda/**"),
                   "extract_c", "the wheels ship the headers only: NCCLUtils.hpp's C10D_NCCL_CHECK "
                   "family, exception.h, Utils.hpp, socket.h, c10/util/Exception.h"),
-        InputSpec("torch", ("2.9.1",), "PyPI torch 2.9.1 (CUDA 12.8) wheel",
+        InputSpec("torch", TORCH_CUDA + (TORCH_CPU,), "the same wheels' libraries",
                   ("torch/lib/libtorch_cuda.so", "torch/lib/libtorch_cpu.so",
                    "torch/lib/libc10_cuda.so"), "extract_binary_strings",
-                  "pytorch/pytorch is too large to fetch here (4 GB > 500 MB), so the .cpp "
-                  "messages (ProcessGroupNCCL.cpp, ProcessGroupWrapper.cpp, TCPStore*.cpp, "
-                  "c10/cuda) are the libraries' string pieces, attributed to their file by "
-                  "__FILE__ proximity, kept under torch/csrc/distributed, c10/cuda, "
-                  "torch/csrc/cuda"),
+                  "pytorch/pytorch is too large to fetch here (4 GB; its forks 1.1 GB and more, "
+                  "the limit is 500 MB), so the .cpp messages (ProcessGroupNCCL.cpp, "
+                  "ProcessGroupWrapper.cpp, TCPStore*.cpp, c10/cuda) are the libraries' string "
+                  "pieces, attributed to their file by __FILE__ proximity, kept under "
+                  "torch/csrc/distributed, c10/cuda, torch/csrc/cuda; the +cpu build has no "
+                  "libtorch_cuda.so (no ProcessGroupNCCL)"),
         InputSpec("flashinfer", tuple(t[1:] for t in FLASHINFER_TAGS),
                   "github flashinfer-ai/flashinfer tags", ("csrc/**", "include/**"), "extract_c"),
         InputSpec("hami", ("git-8f3a89c",), "github Project-HAMi/HAMi-core (no release tags; "
@@ -1036,6 +1046,8 @@ def _spec(value: str) -> tuple[str, str, str]:
     project, _, version = head.partition("@")
     if not (project and version and path):
         raise SystemExit(f"msgindex_c: expected PROJECT@VERSION=PATH, got {value!r}")
+    if not Path(path).exists():
+        raise SystemExit(f"msgindex_c: {path}: no such file or folder")
     return project, version, path
 
 

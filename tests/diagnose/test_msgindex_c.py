@@ -304,3 +304,11 @@ def test_library_strings_are_attributed_to_their_translation_unit(tmp_path) -> N
 def test_a_message_in_a_macro_definition_names_the_macro(templates) -> None:
     (t,) = _find(templates, "NCCL error in: ")
     assert t.function == "#define C10D_NCCL_CHECK"
+
+
+def test_command_line_refuses_a_missing_input(tmp_path) -> None:
+    with pytest.raises(SystemExit, match="no such file or folder"):
+        mc.main(["--source", f"nccl@2.0={tmp_path / 'absent'}", "--out", str(tmp_path / "o")])
+    with pytest.raises(SystemExit, match="PROJECT@VERSION=PATH"):
+        mc.main(["--source", "nccl=/tmp", "--out", str(tmp_path / "o")])
+    assert not (tmp_path / "o").exists()
