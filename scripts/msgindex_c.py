@@ -459,6 +459,16 @@ def has_literal(parts: Sequence[Part]) -> bool:
     return any(k == "lit" and any(c.isalpha() for c in v) for k, v in parts)
 
 
+def _worth(msg: Sequence[Part], spec: CallSpec) -> bool:
+    """A message is kept when it has a word of its own (not the macro's prefix), or, under a
+    prefix such as "NCCL INFO ", three literal marks: NCCL's ``"%s:%d -> %d"`` trace of an
+    error's path (``NCCL INFO transport/shm.cc:551 -> 2``) is a shape worth knowing."""
+    if has_literal(msg):
+        return True
+    marks = sum(len(v.strip()) for k, v in msg if k == "lit")
+    return bool(spec.prefix) and marks >= 3
+
+
 # ---------------------------------------------------------------------------------------------
 # the calls
 
@@ -762,7 +772,7 @@ def _resolve(got: _Got, toks: Sequence[Tok], parens: dict[int, int], fopen: int,
     if not got.args or not got.args[0]:
         return None
     msg = _message(spec, got.args, ctx, text)
-    if msg is None or not has_literal(msg[0]):  # the message itself, not the macro's prefix
+    if msg is None or not _worth(msg[0], spec):
         return None
     return Found(line, got.at, spec.kind, msg[1], spec.level, _clean(list(spec.prefix) + msg[0]))
 
@@ -999,7 +1009,7 @@ class InputSpec:
     note: str = ""
 
 
-NCCL_TAGS = ("v2.21.5-1", "v2.22.3-1", "v2.23.4-1", "v2.24.3-1", "v2.25.1-1", "v2.26.6-1",
+NCCL_TAGS = ("v2.18.6-1", "v2.19.4-1", "v2.20.5-1", "v2.21.5-1", "v2.22.3-1", "v2.23.4-1", "v2.24.3-1", "v2.25.1-1", "v2.26.6-1",
              "v2.27.7-1", "v2.28.9-1", "v2.29.7-1", "v2.30.7-1")
 FLASHINFER_TAGS = ("v0.2.5", "v0.3.1", "v0.4.1", "v0.5.3", "v0.6.17")
 # torch: PyPI's default Linux wheels (CUDA 12.1 ... 13.0 builds) and the +cpu build
@@ -1011,7 +1021,7 @@ def c_inputs() -> list[InputSpec]:
     """The real inputs of ``scripts/msgindex-sources/c-templates.jsonl.gz``."""
     return [
         InputSpec("nccl", tuple(t[1:].rsplit("-", 1)[0] for t in NCCL_TAGS),
-                  "github NVIDIA/nccl, the last tag of each minor release 2.21-2.30",
+                  "github NVIDIA/nccl, the last tag of each minor release 2.18-2.30",
                   ("src/**",), "extract_c", "git archive TAG src"),
         InputSpec("torch", TORCH_CUDA + (TORCH_CPU,), "PyPI torch wheels: the default Linux "
                   "(CUDA) builds, and the +cpu build", ("torch/include/torch/csrc/distributed/**",

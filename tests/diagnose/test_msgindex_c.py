@@ -87,7 +87,18 @@ def test_printf_holes_are_typed_and_adjacent_literals_join_over_lines(templates)
     assert p.kind == "print"
     assert [v for k, v in p.parts if k == "hole"] == ["int", "int", "float"]
     assert not _find(templates, "goes to a file")  # fprintf to a file is not a message
-    assert not _find(templates, " -> ")            # "%s:%d -> %d" has no words of its own
+    assert not [t for t in templates if t.parts[:2] == (("hole", "any"), ("lit", ": "))]
+
+
+def test_nccl_error_path_trace_is_kept_under_its_prefix(templates) -> None:
+    # NCCLCHECK's INFO(NCCL_ALL, "%s:%d -> %d", ...): no word of its own, but the shape of the
+    # trace NCCL prints along a failure's path
+    (t,) = _find(templates, " -> ")
+    assert t.function == "#define NCCLCHECK" and t.level == "info"
+    assert t.parts == (("lit", "NCCL INFO "), ("hole", "any"), ("lit", ":"), ("hole", "int"),
+                       ("lit", " -> "), ("hole", "int"))
+    assert re.search(parts_to_regex(t.parts),
+                     "h100-2:146:209 [0] NCCL INFO transport/shm.cc:551 -> 2")
 
 
 def test_watchdog_timeout_built_in_a_variable_matches_the_torch_line(templates) -> None:

@@ -21,5 +21,6 @@ ncclResult_t ncclSocketConnect(struct ncclSocket* sock) {
   }
   fprintf(stderr, "NCCL socket %d: size %zu, ratio %.2f\n", sock->fd, sz, r);
   fprintf(logFile, "this goes to a file, not stderr %d\n", 1);
+  fprintf(stderr, "%s: %d\n", name, code);
   return ncclSuccess;
 }
