@@ -31,6 +31,8 @@ What it reads (each a pure function of files on disk, no network):
   ``FLASHINFER_WARN(...)``                  warn-macro level warning
   ``TVM_FFI_ICHECK*(...) << ...``           check      ``tvm::ffi::InternalError``
   ``TVM_FFI_THROW(T) << ...``               raise      ``T``
+  ``case CODE: return "..."`` in a          error-     ``CODE`` (NCCL's ``ncclGetErrorString``)
+  ``*GetErrorString``/``strerror`` function string
   ========================================  =========  ==========================================
 
   Message expressions: ``c10::str(a, b, ...)`` / macro varargs (pieces joined), ``a + b``,
@@ -696,6 +698,31 @@ def _in_define(defines: Sequence[tuple[int, int, str]], offset: int) -> str:
     return ""
 
 
+_ERROR_STRING_FUNC = re.compile(r"(?i)(?:get\w*error\w*string|errorstring|strerror)$")
+
+
+def _error_strings(toks: Sequence[Tok], funcs: Sequence[tuple[int, int, str]]
+                   ) -> list[tuple[Found, str]]:
+    """``case NAME: return "text";`` inside an error-string function (NCCL's
+    ``ncclGetErrorString``: ``ncclUnhandledCudaError`` -> "unhandled cuda error (run with ...)"),
+    one ``error-string`` template each with the code's name as ``exc``."""
+    out: list[tuple[Found, str]] = []
+    for o, c, name in funcs:
+        if not _ERROR_STRING_FUNC.search(name.split("::")[-1]):
+            continue
+        for i in range(o, c):
+            if toks[i].text != "case" or toks[i].kind != "ident":
+                continue
+            code, j = _qualname(toks, i + 1)
+            if j + 2 < c and toks[j].text == ":" and toks[j + 1].text == "return":
+                end = _stmt_end(toks, j + 2)
+                lits = toks[j + 2:end]
+                if _only_strings(lits) and any(ch.isalpha() for ch in _concat(lits)):
+                    parts = _clean([("lit", _concat(lits))])
+                    out.append((Found(toks[i].line, i, "error-string", code, "error", parts), name))
+    return out
+
+
 def find_messages(text: str) -> list[tuple[Found, str]]:
     """Every message call in one C/C++ file: (what was found, enclosing function)."""
     toks = tokenize(text)
@@ -716,7 +743,7 @@ def find_messages(text: str) -> list[tuple[Found, str]]:
         found = _resolve(got, toks, parens, fopen, text)
         if found is not None and has_literal(found.parts):
             out.append((found, fname or _in_define(defines, t.start)))
-    return out
+    return out + _error_strings(toks, funcs)
 
 
 @dataclass(frozen=True)

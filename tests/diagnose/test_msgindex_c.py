@@ -262,6 +262,7 @@ def test_committed_extraction_covers_every_input(committed) -> None:
 @pytest.mark.parametrize(("project", "needle"), [
     ("nccl", "NCCL WARN Cuda failure '"),
     ("nccl", "NCCL WARN NET/IB : "),
+    ("nccl", "unhandled cuda error (run with NCCL_DEBUG=INFO for details)"),
     ("torch", "Watchdog caught collective operation timeout: "),
     ("torch", "Detected mismatch between collectives on ranks"),
     ("torch", "NCCL error in: "),
@@ -323,3 +324,14 @@ def test_command_line_refuses_a_missing_input(tmp_path) -> None:
     with pytest.raises(SystemExit, match="PROJECT@VERSION=PATH"):
         mc.main(["--source", "nccl=/tmp", "--out", str(tmp_path / "o")])
     assert not (tmp_path / "o").exists()
+
+
+def test_error_string_switch_gives_one_template_per_code(templates) -> None:
+    got = {t.exc: t for t in templates if t.kind == "error-string"}
+    assert set(got) == {"ncclSuccess", "ncclUnhandledCudaError", "ncclRemoteError"}
+    t = got["ncclUnhandledCudaError"]
+    assert t.function == "ncclGetErrorString" and t.line == 32
+    assert re.search(parts_to_regex(t.parts),
+                     "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/"
+                     "c10d/NCCLUtils.hpp:317, unhandled cuda error (run with NCCL_DEBUG=INFO for "
+                     "details), NCCL version 2.20.5")

@@ -24,3 +24,13 @@ ncclResult_t ncclSocketConnect(struct ncclSocket* sock) {
   fprintf(stderr, "%s: %d\n", name, code);
   return ncclSuccess;
 }
+
+// the shape of NCCL's ncclGetErrorString (src/init.cc)
+const char* ncclGetErrorString(ncclResult_t code) {
+  switch (code) {
+    case ncclSuccess                : return "no error";
+    case ncclUnhandledCudaError     : return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+    case ncclRemoteError            : return "remote process exited or there was a network error";
+    default                         : return "unknown result code";
+  }
+}
