@@ -21,7 +21,7 @@ import build_message_index as bmi  # noqa: E402
 from msgindex_common import anchor_words, display, parts_to_regex  # noqa: E402
 from msgindex_py import extract_file, extract_python  # noqa: E402
 
-from sm120kit.diagnose.msgindex import SHIPPED, MessageIndex  # noqa: E402
+from sm120kit.diagnose.msgindex import SHIPPED, MessageIndex, version_key  # noqa: E402
 from sm120kit.diagnose.msgindex.mapping import load_map  # noqa: E402
 
 FIXTURE = ROOT / "tests" / "data" / "msgindex-fixture"
@@ -175,7 +175,7 @@ def test_explain_line_on_real_vllm_034_messages(rel: str, needle: str, category:
     res = json.loads(proc.stdout)
     top = res["matches"][0]
     assert (top["file"], top["category"]) == (rel, category), top
-    assert top["since"] <= "0.34.0" and top["until"] == "0.34.0"
+    assert version_key(top["since"]) <= (0, 34, 0) and top["until"] == "0.34.0"
     assert f"{rel}:{tpl[0].line}" in top["source"]
     human = subprocess.run([sys.executable, "-m", "sm120kit", "diagnose", "--explain-line", line],
                            capture_output=True, text=True, env=ENV, timeout=60)

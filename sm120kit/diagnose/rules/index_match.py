@@ -1,14 +1,14 @@
 """Failure lines that are messages of the message index (``diagnose.msgindex``): the module
-that raises or logs a message names its category (``catalogue/index_map.toml``). Moderate
-confidence: a curated catalogue entry wins a line it matches; warnings and templates without a
-category are never findings. The template's releases are version evidence too.
-"""
+that raises or logs one names its category (``catalogue/index_map.toml``). Moderate confidence:
+a catalogue entry wins a line it matches; warnings, crash messages and templates without a
+category are never findings. The template's releases are version evidence too."""
 
 from __future__ import annotations
 
 from sm120kit.diagnose.catalogue import not_evidence
 from sm120kit.diagnose.msgindex import Match, try_load
 from sm120kit.diagnose.rules.base import Finding, Rule, RuleContext
+from sm120kit.diagnose.rules.fold import GENERIC
 from sm120kit.evidence.logs.analyze import Evidence
 
 MIN_COVER, MIN_LITERAL = 0.3, 16  # share of the line the literal text covers; its length
@@ -30,8 +30,9 @@ def _best(line: str) -> Match | None:
         return None
     for m in idx.match(line):
         t = m.template
-        if t.is_error and t.category != "none" and t.litlen >= MIN_LITERAL and \
-                m.coverage >= MIN_COVER:
+        # crash messages are effects (the structural rules place them): causes only
+        if t.is_error and t.category not in ("none", *GENERIC) and t.litlen >= MIN_LITERAL \
+                and m.coverage >= MIN_COVER:
             return m
     return None
 
