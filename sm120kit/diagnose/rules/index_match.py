@@ -26,9 +26,7 @@ def _lines(ctx: RuleContext) -> list[Evidence]:
 
 def _best(line: str) -> Match | None:
     idx = try_load()
-    if idx is None:
-        return None
-    for m in idx.match(line):
+    for m in idx.match(line) if idx is not None else []:
         t = m.template
         # crash messages are effects (the structural rules place them): causes only
         if t.is_error and t.category not in ("none", *GENERIC) and t.litlen >= MIN_LITERAL \
