@@ -151,22 +151,19 @@ def extract_tree(root: Path, project: str, version: str, cache: ExtractCache) ->
 
 
 def load_c_templates(path: Path) -> tuple[list[RawTemplate], list[dict[str, object]]]:
-    """idxc's committed C/C++/CUDA templates, and the inputs they came from."""
+    """idxc's committed C/C++/CUDA templates (a header line with its inputs, then one
+    RawTemplate record a line), and the inputs they came from."""
     out: list[RawTemplate] = []
+    inputs: list[dict[str, object]] = []
     with gzip.open(path, "rt", encoding="utf-8") as f:
         for line in f:
             d = json.loads(line)
+            if "header" in d:
+                inputs = list(d["header"].get("inputs") or [])
+                continue
             out.append(RawTemplate(d["project"], d["version"], d["file"], int(d["line"]),
                                    d.get("function") or "", d["kind"], d.get("exc"),
                                    d.get("level"), tuple((k, v) for k, v in d["parts"])))
-    inputs: list[dict[str, object]] = []
-    try:
-        import msgindex_c  # type: ignore[import-not-found]
-        got = getattr(msgindex_c, "c_inputs", None)
-        if callable(got):
-            inputs = [dict(x) if isinstance(x, dict) else {"input": str(x)} for x in got()]
-    except Exception as exc:  # the listing is metadata only
-        inputs = [{"input": f"c_inputs() unavailable: {type(exc).__name__}"}]
     return out, inputs
 
 
@@ -289,9 +286,13 @@ def build(trees: list[tuple[str, str, str, Path]], out: Path, cache: ExtractCach
         c_raw, c_inputs = load_c_templates(c_file)
         for t in c_raw:
             per_version[t.project].setdefault(t.version, []).append(t)
-        for (proj, ver), n in sorted(Counter((t.project, t.version) for t in c_raw).items()):
+        by_rel: dict[tuple[str, str], list[RawTemplate]] = defaultdict(list)
+        for t in c_raw:
+            by_rel[(t.project, t.version)].append(t)
+        for (proj, ver), ts in sorted(by_rel.items()):
             inputs.append({"project": proj, "dist": "c-extractor", "version": ver, "files": 0,
-                           "templates": n, "counted": n, "indexed": n})
+                           "templates": len(ts), "counted": len(ts),
+                           "indexed": sum(1 for t in ts if matchable(normalize_parts(t.parts)))})
     elif c_file is not None:
         pending = ["C/C++/CUDA/NCCL/HAMi-core (scripts/msgindex_c.py output "
                    f"{c_file.relative_to(HERE.parent) if c_file.is_relative_to(HERE.parent) else c_file}"

@@ -64,6 +64,8 @@ class Template:
         """A raise/check, or a log call at error level and above (warnings are context)."""
         if self.kind in ("raise", "check", "error-string"):
             return True
+        if self.project == "nccl" and self.kind == "warn-macro":
+            return True  # NCCL reports its errors through WARN
         return (self.level or "") in ("error", "critical", "fatal")
 
     def range_text(self) -> str:
