@@ -74,5 +74,6 @@ RULE = Rule(
           "whose module or wording has a category",
     tier="dead-rank",
     check=check,
+    fix="Read the condition where the message is raised (the finding names file:line).",
     role="cause",
 )
