@@ -164,7 +164,7 @@ def render_human(res: DiagnoseResult, max_ranks: int = 16) -> None:
     if not res.findings:
         con.print("[green]no findings[/green]")
     for i, f in enumerate(res.findings, 1):
-        con.print(f"\n[bold]{i}. [{f.category}] {escape(f.summary)}[/bold]  "
+        con.print(f"\n[bold]{i}. {escape(f'[{f.category}]')} {escape(f.summary)}[/bold]  "
                   f"(rule {f.rule}, confidence {f.confidence:.2f})")
         for e in f.evidence[:6]:
             con.print(f"   [dim]{escape(e.ref)}[/dim]  {escape(clip_words(e.text))}")

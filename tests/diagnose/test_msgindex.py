@@ -193,3 +193,50 @@ def test_explain_line_no_match_and_empty() -> None:
                          timeout=60)
     assert bad.returncode == 2
     assert json.loads(bad.stdout)["status"] == "error"
+
+
+# vLLM 0.34.0's vllm/config/parallel.py raises this (ParallelConfig._validate_numa_bind_cpus);
+# no catalogue entry knows it, so the index names it
+_NUMA = ("(EngineCore_DP0 pid=90) ValueError: numa_bind_cpus entries must use numactl CPU list "
+         "syntax, for example '0-3' or '0,2,4-7'.")
+
+
+def _numa_log(tmp_path: Path, version: str) -> Path:
+    p = tmp_path / "vllm.log"
+    p.write_text("\n".join([
+        "INFO 12-02 10:00:00 [utils.py:240] non-default args: {'model': 'm', "
+        "'tensor_parallel_size': 4}",
+        f"(EngineCore_DP0 pid=90) INFO 12-02 10:00:05 [core.py:109] Initializing a V1 LLM engine "
+        f"(v{version}) with config: model='m', speculative_config=None",
+        "(EngineCore_DP0 pid=90) ERROR 12-02 10:00:06 [core.py:700] EngineCore failed to start.",
+        "(EngineCore_DP0 pid=90) Traceback (most recent call last):",
+        '(EngineCore_DP0 pid=90)   File "/x/vllm/v1/engine/core.py", line 690, in run_engine_core',
+        "(EngineCore_DP0 pid=90)     engine_core = EngineCoreProc(*args, **kwargs)",
+        _NUMA, ""]), encoding="utf-8")
+    return p
+
+
+def test_index_match_names_the_module_and_the_release_range(tmp_path: Path) -> None:
+    from sm120kit.diagnose.engine import diagnose
+    res = diagnose([_numa_log(tmp_path, "0.34.0")])
+    top = res.findings[0]
+    assert (top.rule, top.category) == ("index-match", "config-invalid")
+    assert "raised by vllm/config/parallel.py:" in top.summary and "(ValueError)" in top.summary
+    assert "consistent with this log's vllm 0.34.0" in top.summary
+    assert 0.5 <= top.confidence < 0.8  # below a curated catalogue entry
+    # a log of a release that never had the message: a fork or a patched tree
+    old = diagnose([_numa_log(tmp_path, "0.10.0")]).findings[0]
+    assert old.rule == "index-match" and "outside those releases" in old.summary
+
+
+def test_index_shipped_with_the_c_templates() -> None:
+    meta = MessageIndex(SHIPPED).meta
+    assert bool(meta["pending"]) == (not bmi.C_TEMPLATES.exists())
+    if bmi.C_TEMPLATES.exists():
+        assert {"nccl", "cuda", "hami"} <= set(meta["releases"])
+    idx = MessageIndex(SHIPPED)
+    m = idx.match("node1:77:90 [3] NCCL WARN P2P is disabled between NVLINK connected GPUs 1 and "
+                  "3. This should not be the case given their connectivity, and is probably due "
+                  "to a hardware issue. If you still want to proceed, you can set "
+                  "NCCL_IGNORE_DISABLED_P2P=1.")
+    assert m and m[0].template.project == "nccl" and m[0].template.category == "p2p-transport"
