@@ -309,6 +309,8 @@ def build(trees: list[tuple[str, str, str, Path]], out: Path, cache: ExtractCach
         "format": FORMAT, "extractor": EXTRACTOR_VERSION, "map_sha256": map_digest(),
         "inputs": inputs, "c_inputs": c_inputs, "pending": pending, "skipped": SKIPPED,
         "releases": releases, "projects": counts, "generated": time.strftime("%Y-%m-%d"),
+        "c_templates_sha256": (hashlib.sha256(c_file.read_bytes()).hexdigest()
+                               if c_file is not None and c_file.exists() else None),
     }
     cats = write_index(out, merged, meta, load_map())
     report.append(f"wrote {out}: {sum(cats.values())} matchable templates of {len(merged)} "

@@ -114,9 +114,3 @@ def tree(src: Source, cache: Path) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     stamp.write_text(f"{src.dist}=={src.version} {'test-cache' if found else 'pypi'}\n")
     return root
-
-
-if __name__ == "__main__":  # python scripts/msgindex_fetch.py vllm 0.6.6.post1 ...
-    project = sys.argv[1]
-    for v in sys.argv[2:]:
-        print(tree(Source(project, project, v, (f"{project}/*.py",)), default_cache()), flush=True)

@@ -5,6 +5,7 @@ read from vLLM 0.34.0's released source."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -234,6 +235,9 @@ def test_index_shipped_with_the_c_templates() -> None:
     assert bool(meta["pending"]) == (not bmi.C_TEMPLATES.exists())
     if bmi.C_TEMPLATES.exists():
         assert {"nccl", "cuda", "hami"} <= set(meta["releases"])
+        # current for the committed C extraction too
+        assert meta["c_templates_sha256"] == hashlib.sha256(
+            bmi.C_TEMPLATES.read_bytes()).hexdigest(), "regenerate the index"
     idx = MessageIndex(SHIPPED)
     m = idx.match("node1:77:90 [3] NCCL WARN P2P is disabled between NVLINK connected GPUs 1 and "
                   "3. This should not be the case given their connectivity, and is probably due "
