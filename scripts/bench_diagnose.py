@@ -9,8 +9,8 @@ the same run.
    metrics line (``Engine 000: Avg prompt throughput ...``), request lines (``Added request``,
    ``Finished request``) and access lines (``"POST /v1/chat/completions HTTP/1.1" 200 OK``),
    SpecDecoding metrics every 10 s, and at the end a stall (0.0 tokens/s with running requests,
-   an RPC timeout: an error line, so diagnose loads the message index and looks it up). Anchor:
-   a minimal Python scanner (the file read line by line, decoded, one
+   an RPC timeout, and a chat-serving error line that diagnose looks up in the message index).
+   Anchor: a minimal Python scanner (the file read line by line, decoded, one
    compiled regex search per line for the signature set). Target: diagnose <= 1.5x its time.
 
 Both logs are also counted by ``grep -E -c`` with the same signature set. Each tool runs as its own
@@ -197,6 +197,10 @@ def generate_serving(path: Path, size_mb: int) -> tuple[int, int]:
                         "Running: 4 reqs, Waiting: 2 reqs, GPU KV cache usage: 12.1%")
         tail.append("(EngineCore_DP0 pid=90) ERROR 12-02 23:55:00 [core.py:1177] RPC call to "
                     "sample_tokens timed out.")
+        # an error line no catalogue entry knows (vLLM 0.33-0.34's chat serving logs it): diagnose
+        # looks it up in the message index, so the index's load and lookup are in the timing
+        tail.append("(APIServer pid=1) ERROR 12-02 23:55:01 [serving.py:963] Error in chat "
+                    "completion stream generator.")
         emit(tail)
     return written, n_lines
 
