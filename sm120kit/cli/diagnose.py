@@ -17,6 +17,7 @@ from sm120kit.cli import options
 from sm120kit.diagnose.catalogue import explain
 from sm120kit.diagnose.catalogue import load as load_catalogue
 from sm120kit.diagnose.engine import DiagnoseResult, diagnose
+from sm120kit.diagnose.msgindex.lookup import lookup_line
 from sm120kit.diagnose.rules.base import Finding
 from sm120kit.errors import UserError
 from sm120kit.report import clip_words, console, dump_json
@@ -35,9 +36,12 @@ from sm120kit.report import clip_words, console, dump_json
               "(repeatable; also $SM120KIT_CATALOGUE).")
 @click.option("--explain", "explain_id", default=None, metavar="ID",
               help="Print one catalogue entry (patterns, fix, sources) and exit.")
+@click.option("--explain-line", "explain_line", default=None, metavar="TEXT",
+              help="Look one log line up in the message index (template, source file:line, "
+              "releases, category) and exit.")
 def diagnose_cmd(inputs: tuple[str, ...], as_json: bool, as_markdown: bool, max_ranks: int,
                  config_path: str | None, catalogues: tuple[str, ...],
-                 explain_id: str | None) -> int:
+                 explain_id: str | None, explain_line: str | None) -> int:
     """Name the phase, the diverging rank and the likely cause of a vLLM hang or crash.
 
     INPUTS: a vLLM/NCCL log (any prefix era; `-` reads stdin), a directory of per-rank logs, or
@@ -47,6 +51,8 @@ def diagnose_cmd(inputs: tuple[str, ...], as_json: bool, as_markdown: bool, max_
     try:
         if explain_id is not None:
             return _explain(explain_id, catalogues, as_json)
+        if explain_line is not None:
+            return _explain_line(explain_line, as_json)
         if not inputs:
             raise UserError("nothing to diagnose", hint="sm120kit diagnose LOG|DIR|BUNDLE.tar.gz")
         res = diagnose(list(inputs), config=config_path, catalogue=list(catalogues))
@@ -74,6 +80,19 @@ def _explain(eid: str, catalogues: tuple[str, ...], as_json: bool) -> int:
                 click.echo(f"  - {x}")
         elif v not in (None, ""):
             click.echo(f"{k}: {v}")
+    return 0
+
+
+def _explain_line(text: str, as_json: bool) -> int:
+    d = lookup_line(text)
+    if as_json:
+        dump_json("diagnose", d, exit_code=0)
+        return 0
+    if not d["matches"]:
+        click.echo(f"no indexed message matches ({d['index']['templates']} templates)")
+    for m in d["matches"]:
+        click.echo(f"[{m['category']}] {m['template']}")
+        click.echo(f"  {m['source']}")
     return 0
 
 
@@ -151,7 +170,7 @@ def render_human(res: DiagnoseResult, max_ranks: int = 16) -> None:
     elif len(res.findings) > 1:
         con.print("\n[bold]other findings[/bold] (the first is the verdict above)")
     for i, f in enumerate(res.findings[1:], 2):
-        con.print(f"\n[bold]{i}. [{f.category}] {escape(f.summary)}[/bold]  "
+        con.print(f"\n[bold]{i}. {escape(f'[{f.category}]')} {escape(f.summary)}[/bold]  "
                   f"(rule {f.rule}, confidence {f.confidence:.2f})")
         _print_finding_body(con, f)
     for n in res.notes[:10]:

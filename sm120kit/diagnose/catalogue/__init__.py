@@ -125,7 +125,8 @@ class Catalogue:
 
 def _files(path: Path) -> list[Path]:
     if path.is_dir():
-        return sorted(path.glob("*.toml"))
+        # index_map.toml is the message index's category mapping (diagnose.msgindex), no entries
+        return sorted(p for p in path.glob("*.toml") if p.name != "index_map.toml")
     if path.is_file():
         return [path]
     raise CatalogueError(f"{path}: no such catalogue file or directory")
