@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from sm120kit.errors import ExitCode, UserError
 from sm120kit.gitrun import read_blobs, rev_parse, run_git
-from sm120kit.models.series import Series
+from sm120kit.models.series import Series, Variant
 from sm120kit.models.treecheck import (
     MERGE_FUNCS,
     imported_names,
@@ -222,6 +222,7 @@ def verify_tree(series: Series, alias: str, repo: Path, base: str | None = None)
         markers = _fork_markers(markers, fork)
     tree = _import_checks(current, base_src, touched, read, target.release)
     tree += _lse_base_checks(repo, rev, current, touched, read)
+    tree += _lse_value_checks(variant, current)
     return VerifyResult(alias, variant.name, str(repo), base_ref, checks, markers, tree, checked,
                         fork is not None)
 
@@ -307,4 +308,28 @@ def _lse_base_checks(repo: Path, rev: str | None, current: dict[str, str | None]
                 f"{o.call}({o.detail}) ignores the impl's lse_base_on_e = False that the series "
                 f"sets in {setter}: the DCP merge treats FlashInfer's base-2 LSE as base e",
                 "pass is_lse_base_on_e=self.impl.lse_base_on_e there (as vLLM 0.25+ does)"))
+    return out
+
+
+def _lse_value_checks(variant: Variant, current: dict[str, str | None]) -> list[TreeCheck]:
+    """The LSE base the series declares (the manifest's ``lse_base_on_e`` class attribute) is
+    still what the impl says: flipped back or dropped, the DCP merge reads the kernels' base-2
+    LSE as base e and decodes fluent, wrong text with no error."""
+    out: list[TreeCheck] = []
+    for patch in variant.patches:
+        for m in patch.upstream_markers:
+            spec = dict(m.spec)
+            if m.kind != "class_attr" or spec.get("name") != "lse_base_on_e":
+                continue
+            text = current.get(m.file)
+            if text is None or m.holds(text):
+                continue
+            line = next((i for i, ln in enumerate(text.splitlines(), 1)
+                         if "lse_base_on_e" in ln and "=" in ln), 0)
+            out.append(TreeCheck(
+                "lse-base", m.file, line, "lse_base_on_e",
+                f"{spec.get('cls')} does not set lse_base_on_e = {spec.get('value')!r}: the "
+                "SM120 kernels return a base-2 LSE, and the DCP merge would read it as base e",
+                f"set `lse_base_on_e = {spec.get('value')!r}` in {spec.get('cls')} (patch "
+                f"{patch.file.split('-', 1)[0]})"))
     return out

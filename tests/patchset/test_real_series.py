@@ -135,9 +135,15 @@ def test_verify_catches_new_undefined_names_and_syntax_errors(
     rc, v = _cli(capsys, "verify", "--repo", str(repo))
     (entry,) = [x for x in v["files"] if x["file"] == SM120]
     assert rc == 2 and entry["compiles"] is False
+    # a removed comment tag is no loss (the code still runs DCP: judged by what it does), but
+    # the LSE base the series declares, flipped back, is: the merge would use the wrong base
     f.write_text(good.replace("# sm120kit: DCP class attributes", "# removed"))
     rc, v = _cli(capsys, "verify", "--repo", str(repo))
-    assert rc == 2 and any(m["status"] == "fail" and m["missing"] for m in v["markers"])
+    assert rc == 0, v
+    f.write_text(good.replace("    lse_base_on_e = False", "    lse_base_on_e = True"))
+    rc, v = _cli(capsys, "verify", "--repo", str(repo))
+    assert rc == 2 and any(x["check"] == "lse-base" and x["name"] == "lse_base_on_e"
+                           and x["file"] == SM120 and x["line"] > 0 for x in v["tree"]), v
 
 
 def test_export_mbox_applies_with_git_am(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
