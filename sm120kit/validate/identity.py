@@ -248,8 +248,8 @@ def address_identity(server_url: str, ref_url: str) -> Identity:
         return Identity("same", f"{h1} and {h2} both resolve to {sorted(a1 & a2)[0]}:{p1}")
     local = _local_addresses()
     if a1 and a2 and all(is_local(ip, local) for ip in a1 | a2):
-        l1 = {listener_for(ip, listeners(p1)) for ip in a1} - {None}
-        l2 = {listener_for(ip, listeners(p2)) for ip in a2} - {None}
+        l1 = {x for x in (listener_for(ip, listeners(p1)) for ip in a1) if x is not None}
+        l2 = {x for x in (listener_for(ip, listeners(p2)) for ip in a2) if x is not None}
         if p1 == p2 and l1 & l2:
             return Identity("same", f"one socket listening on {sorted(l1 & l2)[0]}:{p1} of this "
                                     f"machine takes both {h1}:{p1} and {h2}:{p2}")
