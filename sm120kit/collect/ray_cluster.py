@@ -36,7 +36,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -83,6 +83,8 @@ NodeStatus = Literal["ok", "error", "not-collected", "lost", "interrupted"]
 PROGRESS_EVERY_S = 5.0
 #: of ``--deadline``, kept for the verdict, summary, manifest and tarball after the wait
 FINISH_RESERVE_S = 1.0
+#: the diagnose verdict is skipped (the bundle says "not judged here") when less is left
+JUDGE_MIN_S = 0.8
 NO_WORKERS_HINT = ("is vLLM running with the Ray executor (--distributed-executor-backend ray)? "
                    "its workers are Ray actors of class RayWorkerProc (vLLM 0.24+) or "
                    "RayWorkerWrapper; another class: --ray-worker-class CLASS")
@@ -149,7 +151,7 @@ def connect(address: str | None, deadline_s: float = 60.0, *, debug: bool = Fals
         refuse_client_address(target, deadline_s, debug=debug)
     probed = target != "auto"
     if probed:
-        require_gcs(target, deadline_s, debug=debug)
+        require_gcs(target, deadline_s, debug=debug, named_s=named_s)
     box: dict[str, BaseException] = {}
 
     def init() -> None:
@@ -764,7 +766,11 @@ def _collect_ray(out_dir: Path, ropts: RayOptions, t0: float, deadline_s: float,
             _shutdown()  # ~0.3 s here; left to the interpreter's exit it costs ~1 s after the bundle
         if ray_log is not None:
             _keep_ray_log(bundle, ray_log)
-        tb = finish(bundle, outcomes, ctx, opts.hooks)
+        hooks = opts.hooks
+        if time.monotonic() > t0 + deadline_s - JUDGE_MIN_S:  # no time left to judge: say so
+            hooks = replace(hooks, judge=None)
+            bundle.meta["not_judged"] = "no time left in --deadline: run sm120kit diagnose on it"
+        tb = finish(bundle, outcomes, ctx, hooks)
     return RayCollectResult(bundle.root, tb, outcomes, workers,
                             list(bundle.meta.get("verdict") or []), round(time.monotonic() - t0, 3),
                             partial=bool(bundle.meta.get("partial")),

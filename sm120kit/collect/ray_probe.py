@@ -9,7 +9,9 @@ it retries for tens of seconds to minutes while Ray's C++ core prints warnings. 
 * a reply → a GCS (the reply bytes are not interpreted);
 * ``UNIMPLEMENTED`` → a gRPC server that is not a GCS (e.g. a raylet or the dashboard agent);
 * no answer by the deadline, or a peer that does not speak HTTP/2 (a silent listener, an HTTP/1
-  dashboard port) → not a GCS;
+  dashboard port) → not a GCS; silence is told first, in this process: no byte within
+  :data:`SILENT_AFTER_S` of an HTTP/2 preface (a gRPC server answers with its SETTINGS frame at
+  once), so it costs no child start;
 * too little of ``--deadline`` left to ask (the child not started, or the question out for less
   than :data:`MIN_SILENCE_S`) → ``late``: collect's own limit, never called a silent peer.
 
@@ -99,6 +101,27 @@ def _main(argv: list[str]) -> int:
     return 0
 
 
+#: HTTP/2's client connection preface and an empty SETTINGS frame (RFC 9113 §3.4): a gRPC server
+#: answers with its own SETTINGS frame at once; an HTTP/1 server answers with an error page
+H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+#: how long a peer may stay silent after the preface before it is called silent
+SILENT_AFTER_S = 2.0
+
+
+def speaks(host: str, port: int, wait: float) -> bool:
+    """Whether the peer sends any byte within ``wait`` s of our HTTP/2 preface (in-process: no
+    child to start, so a silent listener is told in ``wait`` s whatever the box's load)."""
+    try:
+        with socket.create_connection((host, port), timeout=wait) as s:
+            s.settimeout(wait)
+            s.sendall(H2_PREFACE)
+            return bool(s.recv(1))
+    except TimeoutError:
+        return False
+    except OSError:
+        return True  # reset / closed: not silent (the child's question says what it is)
+
+
 def _tcp(host: str, port: int, timeout: float) -> str | None:
     try:
         with socket.create_connection((host, port), timeout=timeout):
@@ -117,6 +140,12 @@ def probe(address: str, deadline_s: float, *, debug: bool = False) -> ProbeResul
     err = _tcp(host, port, min(5.0, deadline_s))
     if err is not None:
         return ProbeResult(False, "refused", err, round(time.monotonic() - t0, 3))
+    # checking the address is checking the input: a silent peer is refused even when the
+    # deadline is (nearly) spent, at the cost of at most MIN_SILENCE_S (a GCS answers at once)
+    wait = max(MIN_SILENCE_S, min(SILENT_AFTER_S, deadline_s - (time.monotonic() - t0)))
+    if not speaks(host, port, wait):
+        return ProbeResult(False, "silent", f"no byte within {wait:.0f}s of an HTTP/2 preface "
+                           "(a Ray GCS answers in milliseconds)", round(time.monotonic() - t0, 3))
     # a live GCS answers in milliseconds: a silent peer is refused in seconds, not at --deadline
     left = min(PROBE_CAP_S, max(0.5, deadline_s - (time.monotonic() - t0)))
     target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
@@ -162,7 +191,8 @@ def _ask_in_child(target: str, left: float, debug: bool) -> tuple[str, str]:
     return "silent", f"no answer within {out:.0f}s"
 
 
-def require_gcs(address: str, deadline_s: float, *, debug: bool = False) -> ProbeResult:
+def require_gcs(address: str, deadline_s: float, *, debug: bool = False,
+                named_s: float | None = None) -> ProbeResult:
     """:func:`probe`, raising one :class:`UserError` (exit 2) when the answer is not a GCS."""
     res = probe(address, deadline_s, debug=debug)
     if res.ok:
@@ -170,8 +200,9 @@ def require_gcs(address: str, deadline_s: float, *, debug: bool = False) -> Prob
     if res.kind == "refused":
         raise UserError(f"cannot reach the Ray GCS at {address}: {res.detail}", hint=ADDRESS_HINT)
     if res.kind == "late":
-        raise NotInTime(f"not collected in time: too little of --deadline was left ({deadline_s:.1f}s)"
-                        f" to ask {address} whether it is a Ray GCS ({res.detail})",
+        raise NotInTime(f"not collected in time: too little of --deadline {named_s or deadline_s:g}s "
+                        f"was left ({deadline_s:.1f}s) to ask {address} whether it is a Ray GCS "
+                        f"({res.detail})",
                         hint="raise --deadline (a few seconds more than the cluster needs)")
     raise UserError(f"{address} is not a Ray GCS ({res.kind}: {res.detail}; "
                     f"checked in {res.seconds:.1f}s)", hint=ADDRESS_HINT)
