@@ -159,7 +159,8 @@ def test_ray_client_addresses_are_refused_with_the_reason(tmp_path: Path) -> Non
     assert r.returncode == 2
     line = r.stderr.strip().splitlines()[0]
     assert line.startswith(f"error: {closed} is a Ray Client address and nothing answers there")
-    assert "answered" not in line and took < 5 + 3, (line, took)
+    assert "answered" not in line, line
+    assert took < 5 + 8, took  # interpreter + ray import on a loaded box; the refusal itself is at once
     with socket.socket() as lst:  # accepts connections, as Ray Client's port does
         lst.bind(("127.0.0.1", 0))
         lst.listen(8)
@@ -169,6 +170,6 @@ def test_ray_client_addresses_are_refused_with_the_reason(tmp_path: Path) -> Non
     body = json.loads(r.stdout)
     assert body["error"].startswith(f"{addr} is a Ray Client address: collect needs the GCS "
                                     "address, e.g. 127.0.0.1:6379"), body
-    assert took < 5 + 3, took
+    assert took < 5 + 8, took
     assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
     print(f"\nray:// open port refused in {took:.1f}s: {body['error']}")
