@@ -173,3 +173,36 @@ def test_ray_client_addresses_are_refused_with_the_reason(tmp_path: Path) -> Non
     assert took < 5 + 8, took
     assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
     print(f"\nray:// open port refused in {took:.1f}s: {body['error']}")
+
+
+DRIVER = """
+import sys, time, setproctitle, ray
+setproctitle.setproctitle("VLLM::EngineCore")  # as vLLM's engine core, the Ray executor's driver
+ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False)
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_retitled_driver_entrypoint_is_recorded_clean(healthy: Any, tmp_path: Path) -> None:
+    """A live driver retitled like vLLM's engine core: Ray's job table holds the title and blanked
+    arguments (``VLLM::EngineCore "" "" ...``); the bundle records the title without the blanks,
+    says the command line is not recorded, and keeps Ray's text beside it."""
+    pytest.importorskip("setproctitle")
+    d = subprocess.Popen([sys.executable, "-c", DRIVER, healthy.address, "--model", "m", "-tp",
+                          "2"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert d.stdout is not None and d.stdout.readline().strip() == "ready"
+        r, _ = _run(_argv(healthy.address, tmp_path / "out", "--ray-worker-class", CLASS,
+                          "--deadline", "40"))
+        assert r.returncode in (0, 1), r.stderr[-2000:]
+        files = read_tarball(only_bundle(tmp_path / "out"))
+    finally:
+        d.kill()
+        d.wait(10)
+    jobs = json.loads(files["ray/cluster.json"])["jobs"]
+    mine = [j for j in jobs if j["driver_pid"] == d.pid]
+    assert mine, jobs
+    assert mine[0]["entrypoint"].startswith("VLLM::EngineCore  (process title set by vLLM")
+    assert '""' not in mine[0]["entrypoint"]
+    assert mine[0]["entrypoint_recorded"].startswith('VLLM::EngineCore ""')
