@@ -11,7 +11,9 @@ rank actors named like vLLM's workers on both nodes).
 * no worker actor of the class asked for: exit 1 with the hint;
 * ``ray://`` addresses: a closed port and an open one (a listener standing in for Ray Client's
   port: this Ray build's test cluster starts no client server) are refused with the reason,
-  within the deadline, without claiming an answer that did not come.
+  within the deadline, without claiming an answer that did not come;
+* a live driver retitled ``VLLM::EngineCore`` (as vLLM's engine core is): its job entrypoint is
+  recorded without the arguments the retitling blanked.
 """
 
 from __future__ import annotations
