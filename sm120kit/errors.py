@@ -18,6 +18,8 @@ class ExitCode(IntEnum):
     OK = 0
     FINDINGS = 1
     FAILURE = 2
+    #: validate: the DCP server ran and computes wrong numbers (2 is a refusal to run the test)
+    NUMERICAL_FAILURE = 3
     INTERRUPTED = 130
 
 

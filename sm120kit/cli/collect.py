@@ -123,10 +123,43 @@ def _ray_options(ray_addr: str, classes: tuple[str, ...], no_local: bool, attach
                       discover_local=not no_local, debug=bool(root.get("debug"))), command
 
 
+def _process_start() -> float:
+    """``time.monotonic()`` of this process's start: ``--deadline`` counts from the command's
+    start, not from the moment collect's code runs (imports take a while on a busy host)."""
+    import time
+
+    import psutil
+
+    try:
+        ago = time.time() - psutil.Process().create_time()
+    except psutil.Error:
+        ago = 0.0
+    return time.monotonic() - min(max(ago, 0.0), 30.0)
+
+
+def _warm_judge() -> None:
+    """Import the diagnose engine (the bundle's judge, ~1 s of regex compiling on a busy host)
+    in the background while collect waits on the network, so the verdict fits in --deadline."""
+    import threading
+
+    def load() -> None:
+        try:
+            import sm120kit.diagnose.engine  # noqa: F401
+        except Exception:
+            pass
+
+    threading.Thread(target=load, name="warm-judge", daemon=True).start()
+
+
 def _collect_ray(ropts: Any, out_dir: Path, deadline: float, sample_gap: float, stacks: str,
                  no_doctor: bool, no_redact: bool, host_map: Path | None, *, as_json: bool,
                  keep_dir: bool = False) -> int:
-    from sm120kit.collect.ray_cluster import collect_ray, instances, not_collected
+    from sm120kit.collect.ray_cluster import (
+        NO_WORKERS_HINT,
+        collect_ray,
+        instances,
+        not_collected,
+    )
     from sm120kit.report import console, dump_json
     from sm120kit.services.snapshot import Options
 
@@ -134,22 +167,36 @@ def _collect_ray(ropts: Any, out_dir: Path, deadline: float, sample_gap: float, 
                    stack_method="py-spy" if stacks == "auto" else stacks, doctor=not no_doctor,
                    hooks=bundle_hooks(doctor=not no_doctor))
     con = console(stderr=True)
+    _warm_judge()
     res = collect_ray(out_dir, ropts, deadline_s=deadline, redact=not no_redact,
-                      host_map_file=host_map, options=opts,
+                      host_map_file=host_map, options=opts, started=_process_start(),
                       on_event=None if as_json else lambda m: con.print(f"[dim]{m}[/dim]"))
     nodes: list[dict[str, Any]] = [
         {"node": oc.folder, "status": oc.status, "seconds": oc.seconds, "error": oc.error,
          "workers": oc.workers} for oc in res.nodes]
-    # a bundle with a lost / timed-out / failed node is partial: exit 1, flagged everywhere
-    code = ExitCode.FINDINGS if res.partial else ExitCode.OK
-    page = finish_bundle(res.tarball, keep_dir=keep_dir, judge=True)
+    # partial (a node not collected, not in time, interrupted) or no worker actor found: exit 1;
+    # a Ctrl-C: 130, the bundle flagged interrupted
+    no_workers = not res.workers and not res.partial
+    code = (ExitCode.INTERRUPTED if res.interrupted else
+            ExitCode.FINDINGS if res.partial or no_workers else ExitCode.OK)
+    status = "interrupted" if res.interrupted else "partial" if res.partial else "collected"
+    hint = NO_WORKERS_HINT if no_workers else None
+    # the page judges the bundle only when the collect ran whole: a partial or interrupted one
+    # has its own verdict, and --deadline leaves no time for a second read
+    page = finish_bundle(res.tarball, keep_dir=keep_dir,
+                         judge=not res.partial and not res.interrupted)
     if as_json:
-        dump_json("collect", {"status": "collected", "mode": "ray", "bundle": str(res.tarball),
+        dump_json("collect", {"status": status, "mode": "ray", "bundle": str(res.tarball),
                               "report": str(page) if page else None,
-                              "seconds": res.seconds, "partial": res.partial, "nodes": nodes,
+                              "seconds": res.seconds, "partial": res.partial,
+                              "interrupted": res.interrupted,
+                              "partial_reason": res.partial_reason, "nodes": nodes,
+                              "workers": len(res.workers), "hint": hint,
                               "instances": instances(res.workers), "verdict": res.verdict},
                   exit_code=code)
+        _exit_now(code)
         return code
+    from rich.markup import escape
     from rich.table import Table
 
     t = Table(title="nodes")
@@ -158,15 +205,37 @@ def _collect_ray(ropts: Any, out_dir: Path, deadline: float, sample_gap: float, 
     for n in nodes:
         t.add_row(str(n["node"]), str(n["status"]), f"{n['seconds']:.1f}",
                   str(len(n["workers"])), cell(str(n["error"] or "")))
-    con.print(t)
+    if nodes:
+        con.print(t)
     for v in res.verdict:
-        con.print(f"  - {v}")
-    if res.partial:
-        con.print(f"partial: not fully collected: {', '.join(not_collected(res.nodes))}")
+        con.print(f"  - {escape(v)}")
+    if res.interrupted:
+        con.print("interrupted: the bundle holds what arrived before Ctrl-C (flagged interrupted)")
+    elif res.partial:
+        con.print("partial: not fully collected: "
+                  + escape(", ".join(not_collected(res.nodes)) or str(res.partial_reason)))
+    if no_workers:
+        con.print(f"no vLLM worker actor found: {escape(NO_WORKERS_HINT)}")
     con.print(f"bundle: {res.tarball} ({res.seconds:.1f}s)")
     if page:
         con.print(f"report: {page}")
+    _exit_now(code)
     return code
+
+
+def _exit_now(code: int) -> None:
+    """Run as the ``sm120kit`` program, end here: Ray's exit handler (``ray.shutdown``, ~1 s,
+    longer while a ``ray.init`` given up on at the deadline still runs) would otherwise keep the
+    process past ``--deadline`` after the bundle is written. Never in-process (tests, library)."""
+    import os
+    import sys
+
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if getattr(spec, "name", "") == "sm120kit.__main__" or Path(sys.argv[0]).name == "sm120kit":
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 @click.command(

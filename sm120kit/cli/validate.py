@@ -1,7 +1,9 @@
 """``sm120kit validate``: DCP numerics against a DCP-1 reference (thin: parse, call, render).
 
-Exit 0: every check within noise; 1: suspicious (drift, near-tie flips, no reference); 2: a
-systematic error, or unusable input / an unreachable server.
+Exit 0: every check within noise, the reference proven another server; 1: suspicious (drift,
+near-tie flips, no reference, identity unproven); 2: refused to run (unusable input, an
+unreachable or silent server, one server behind both URLs); 3: numerically wrong (a systematic
+error against the reference).
 """
 
 from __future__ import annotations
@@ -51,7 +53,12 @@ def _ints(value: str | None, name: str) -> list[int] | None:
 @click.option("--prompt-lengths", help="Lengths of the compared prompts (default: 256,2k).")
 @click.option("--max-tokens", default=32, show_default=True, help="Tokens generated per prompt.")
 @click.option("--top-logprobs", default=5, show_default=True, help="Top-k logprobs per token.")
-@click.option("--timeout", default=600.0, show_default=True, help="Seconds per HTTP request.")
+@click.option("--timeout", default=600.0, show_default=True,
+              help="Seconds per generation request (/v1/models, /tokenize and /metrics must "
+              "answer within 10 s).")
+@click.option("--assume-distinct", is_flag=True,
+              help="Let a pass stand when nothing proves the reference is another server "
+              "(remote hosts without /metrics).")
 @click.option("-o", "--out", "out_dir", type=click.Path(path_type=Path, file_okay=False),
               default=Path("."), show_default=True,
               help="Launch mode: where a bundle goes when a server crashes or hangs.")
@@ -65,15 +72,15 @@ def validate_cmd(url: str | None, reference_url: str | None, model: str | None,
                  api_key: str | None, reference_api_key: str | None, dcp: int | None,
                  interleave: int | None, block_size: int | None, lengths: str | None,
                  prompt_lengths: str | None, max_tokens: int, top_logprobs: int, timeout: float,
-                 out_dir: Path, ready_timeout: float, stall_timeout: float,
+                 assume_distinct: bool, out_dir: Path, ready_timeout: float, stall_timeout: float,
                  as_json: bool, as_markdown: bool, launch: tuple[str, ...]) -> int:
     """Prove DCP computes what DCP 1 computes: greedy logprobs and needles on every rank.
 
     Against running servers: `sm120kit validate --url http://HOST:PORT --reference-url
     http://HOST:PORT2 --dcp 4 --interleave 64`. Or launch it: `sm120kit validate -- vllm serve
     MODEL --decode-context-parallel-size 4 ...` (under collect's supervisor; the reference is the
-    same line relaunched with DCP 1 unless --reference-url is given). Exit 0 pass, 1 suspicious,
-    2 fail or bad input.
+    same line relaunched with DCP 1 unless --reference-url is given). Exit 0 pass, 1 suspicious
+    (or identity unproven), 2 refused to run, 3 numerically wrong.
 
     \b
     Minimum context per error kind (N ranks, interleave I, indexer top-k K):
@@ -99,7 +106,7 @@ def validate_cmd(url: str | None, reference_url: str | None, model: str | None,
         prompt_lengths=_ints(prompt_lengths, "--prompt-lengths"), max_tokens=max_tokens,
         top_logprobs=top_logprobs, timeout=timeout,
         api_key=api_key or os.environ.get("VLLM_API_KEY") or os.environ.get("OPENAI_API_KEY"),
-        reference_api_key=reference_api_key)
+        reference_api_key=reference_api_key, assume_distinct=assume_distinct)
     show = None if (as_json or as_markdown) else progress()
     if argv:
         settings = LaunchSettings(out_dir=out_dir, ready_timeout=ready_timeout,
@@ -162,6 +169,7 @@ def _head_lines(res: ValidateResult) -> list[str]:
     lines = [
         f"server {res.server.url} ({res.server.model}, max_model_len {res.server.max_model_len})",
         f"reference {ref.url} ({ref.model})" if ref else "reference: none",
+        *([f"identity: {res.identity['status']} ({res.identity['how']})"] if res.identity else []),
         f"DCP {lay.dcp}, interleave {lay.interleave}, block size {lay.block_size} ({lay.source}):"
         f" token t on rank (t // {lay.interleave}) % {lay.dcp}",
     ]

@@ -11,9 +11,13 @@ log tails, doctor tiers 0-1, host facts) under the same per-collector timeouts a
 of ``--deadline``, redacts secrets on the node, and returns its files through Ray. The head writes
 them into ONE bundle, ``nodes/<node-id-prefix>/...`` per node (every text file passes the head's
 redactor again, so host obfuscation uses one map for all nodes), plus ``ray/cluster.json`` and a
-manifest whose ``nodes`` list records each node's status (``ok``, ``error``, ``timeout``,
-``lost``) and its collectors. A node that dies or never answers is recorded, never fatal, and
-makes the bundle ``partial: true`` (exit 1). Which nodes, actors and local processes count is
+manifest whose ``nodes`` list records each node's status (``ok``, ``error``,
+``not-collected`` = no answer before ``--deadline``, ``lost``, ``interrupted``) and its
+collectors. A node that dies or never answers is recorded, never fatal, and makes the bundle
+``partial: true`` (exit 1). Our own limits are never the cluster's fault: a node that did not
+answer before ``--deadline`` is "not collected in time", and "lost" needs evidence about the
+node itself (Ray's ``NodeDiedError`` / ``LocalRayletDiedError``, or the GCS marking it dead); a
+Ctrl-C leaves a bundle flagged ``interrupted``. Which nodes, actors and local processes count is
 :mod:`.ray_view` (live actors of live jobs; the rest is history); the address is checked to be a
 GCS within the deadline before ``ray.init`` (:mod:`.ray_probe`).
 
@@ -25,15 +29,25 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from sm120kit.collect.ray_probe import ADDRESS_HINT, QUIET_ENV, require_gcs
+from sm120kit.collect.ray_probe import (
+    ADDRESS_HINT,
+    QUIET_ENV,
+    NotInTime,
+    probe,
+    require_gcs,
+    split_address,
+)
 from sm120kit.collect.ray_view import (
     ClusterView,
     RayNode,
@@ -64,7 +78,17 @@ from sm120kit.services.snapshot import (
 DEFAULT_WORKER_CLASSES: tuple[str, ...] = ("RayWorkerProc", "RayWorkerWrapper")
 PIP_HINT = "pip install 'sm120kit[ray]'  (Ray's client; the cluster's Ray version must match)"
 
-NodeStatus = Literal["ok", "error", "timeout", "lost"]
+NodeStatus = Literal["ok", "error", "not-collected", "lost", "interrupted"]
+#: seconds between progress lines while nodes are awaited
+PROGRESS_EVERY_S = 5.0
+#: of ``--deadline``, kept for the verdict, summary, manifest and tarball after the wait
+FINISH_RESERVE_S = 1.0
+#: the diagnose verdict is skipped (the bundle says "not judged here") when less is left
+JUDGE_MIN_S = 0.8
+NO_WORKERS_HINT = ("is vLLM running with the Ray executor (--distributed-executor-backend ray)? "
+                   "its workers are Ray actors of class RayWorkerProc (vLLM 0.24+) or "
+                   "RayWorkerWrapper; another class: --ray-worker-class CLASS")
+
 _BINARY_SUFFIX = (".json", ".txt", ".md", ".log", ".out", ".err")
 
 
@@ -105,11 +129,13 @@ def quiet_ray(debug: bool) -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
-def connect(address: str | None, deadline_s: float = 60.0, *, debug: bool = False) -> Any:
+def connect(address: str | None, deadline_s: float = 60.0, *, debug: bool = False,
+            named_s: float | None = None) -> Any:
     """Join the cluster as a driver (``auto``: ``RAY_ADDRESS`` or the local node's cluster),
     every network step within ``deadline_s``: the address is first asked whether it is a GCS
     (:func:`~sm120kit.collect.ray_probe.require_gcs`, a child process killed at its deadline),
-    then ``ray.init`` runs in a thread that is given up on at what is left of the deadline."""
+    then ``ray.init`` runs in a thread that is given up on at what is left of the deadline.
+    ``named_s``: the ``--deadline`` the messages name (``deadline_s`` may be what is left of it)."""
     ray = import_ray()
     if ray.is_initialized():
         return ray
@@ -121,8 +147,11 @@ def connect(address: str | None, deadline_s: float = 60.0, *, debug: bool = Fals
                         hint="pass the head's GCS address: sm120kit collect --ray HEAD_IP:6379")
     if target.startswith(("http://", "https://")):
         raise UserError(f"{target} is a dashboard URL, not a Ray GCS address", hint=ADDRESS_HINT)
-    if target != "auto":
-        require_gcs(target, deadline_s, debug=debug)
+    if target.startswith("ray://"):
+        refuse_client_address(target, deadline_s, debug=debug)
+    probed = target != "auto"
+    if probed:
+        require_gcs(target, deadline_s, debug=debug, named_s=named_s)
     box: dict[str, BaseException] = {}
 
     def init() -> None:
@@ -134,19 +163,82 @@ def connect(address: str | None, deadline_s: float = 60.0, *, debug: bool = Fals
 
     th = threading.Thread(target=init, name="ray-init", daemon=True)
     th.start()
-    left = max(1.0, deadline_s - (time.monotonic() - t0))
+    left = max(0.1, deadline_s - (time.monotonic() - t0))
     th.join(left)
     if th.is_alive():
-        raise UserError(f"the Ray GCS at {target} answered, but joining it as a driver did not "
-                        f"finish within the {deadline_s:.0f}s deadline",
-                        hint="check `ray status` on the head and that this Ray version matches "
-                        "the cluster's; --debug shows Ray's own log")
+        said = f"the Ray GCS at {target} answered, but joining" if probed else (
+            f"joining the Ray cluster at {target}")
+        raise NotInTime(f"not collected in time: {said} as a driver did not finish within "
+                        f"--deadline {named_s or deadline_s:g}s",
+                        hint="raise --deadline; if it persists check `ray status` on the head and "
+                        "that this Ray version matches the cluster's (--debug shows Ray's log)")
     exc = box.get("exc")
     if exc is not None:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UserError(f"cannot connect to the Ray cluster at {target}: {first}",
                         hint=ADDRESS_HINT) from None
     return ray
+
+
+def refuse_client_address(target: str, deadline_s: float, *, debug: bool = False) -> None:
+    """``ray://HOST:PORT`` is a Ray Client server (port 10001 by default), which proxies a
+    driver but not the node tasks and state API collect needs: refused with the reason, after
+    asking the port (within the deadline) so the line says what really answered."""
+    t0 = time.monotonic()
+    hp = split_address(target[len("ray://"):])
+    if hp is None:
+        raise UserError(f"{target}: not a ray://HOST:PORT address", hint=ADDRESS_HINT)
+    host, port = hp
+    shown = f"[{host}]" if ":" in host else host
+    try:
+        with socket.create_connection((host, port), timeout=max(0.5, min(5.0, deadline_s))):
+            pass
+    except OSError as exc:
+        raise UserError(f"{target} is a Ray Client address and nothing answers there "
+                        f"({exc.strerror or exc}); collect needs the cluster's GCS address, e.g. "
+                        f"{shown}:6379", hint=ADDRESS_HINT) from None
+    extra = ""
+    left = deadline_s - (time.monotonic() - t0)
+    if port != 6379 and left > 2.0:  # is the default GCS port of that host a GCS? (asked, not assumed)
+        res = probe(f"{shown}:6379", min(left - 0.5, 4.0), debug=debug)
+        extra = (f"; the GCS at {shown}:6379 answered: sm120kit collect --ray {shown}:6379"
+                 if res.ok else f"; {shown}:6379 is not a GCS either ({res.kind})")
+    raise UserError(f"{target} is a Ray Client address: collect needs the GCS address, e.g. "
+                    f"{shown}:6379 (the Ray Client server accepts connections on port {port} but "
+                    f"cannot run collect's per-node tasks){extra}", hint=ADDRESS_HINT)
+
+
+@contextmanager
+def native_stderr_hidden(debug: bool) -> Iterator[Path | None]:
+    """Ray's C++ core and gRPC write to file descriptor 2 directly (``logging.cc ... Set ray log
+    level``, ``rpc_client.h`` retries), whatever Python's logging says. Unless ``--debug``, fd 2
+    points at a temporary file while this block runs and Python's ``sys.stderr`` (collect's own
+    progress and errors) at a copy of the real stderr; the file is yielded so its text can go
+    into the bundle."""
+    if debug:
+        yield None
+        return
+    sys.stderr.flush()
+    real = os.dup(2)
+    fd, name = tempfile.mkstemp(prefix="sm120kit-ray-stderr-", suffix=".log")
+    old = sys.stderr
+    try:
+        os.dup2(fd, 2)
+        sys.stderr = open(real, "w", buffering=1, encoding="utf-8", errors="replace",  # noqa: SIM115
+                          closefd=False)
+        yield Path(name)
+    finally:
+        try:
+            sys.stderr.flush()
+        finally:
+            sys.stderr = old
+            os.dup2(real, 2)
+            os.close(real)
+            os.close(fd)
+            try:
+                os.unlink(name)
+            except OSError:
+                pass
 
 
 # --- on every node ---------------------------------------------------------------------------
@@ -292,6 +384,9 @@ class RayCollectResult:
     seconds: float
     source: str = "state-api"
     partial: bool = False
+    interrupted: bool = False
+    #: why the bundle is partial when no node says it (joining the cluster not done in time)
+    partial_reason: str | None = None
 
 
 def _is_binary(rel: str, data: bytes) -> bool:
@@ -333,14 +428,19 @@ def _spec(node: RayNode, workers: list[RayWorker], opts: Options, deadline_s: fl
     }
 
 
-def _classify_failure(ray: Any, exc: BaseException, node: RayNode) -> tuple[NodeStatus, str]:
+def _classify_failure(ray: Any, exc: BaseException, node: RayNode,
+                      wait_s: float = 0.0) -> tuple[NodeStatus, str]:
+    """``lost`` only on evidence about the node; else ``error`` with Ray's one-line reason.
+    ``wait_s``: how long the GCS may take to mark a node dead whose raylet just vanished (its
+    health check notices in seconds) before the failure is taken as the task's alone."""
     from ray import exceptions as rex
 
     msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    lost_types = tuple(t for t in (getattr(rex, n, None) for n in (
-        "NodeDiedError", "WorkerCrashedError", "LocalRayletDiedError", "ActorDiedError",
-        "TaskUnschedulableError", "OwnerDiedError")) if isinstance(t, type))
-    if isinstance(exc, lost_types) or not _node_alive(ray, node.node_id):
+    # evidence about the node itself: its raylet or the node died (Ray says so), or the GCS marks
+    # it dead; a crashed task worker or an unschedulable task is about collect's task, not the node
+    node_types = tuple(t for t in (getattr(rex, n, None) for n in (
+        "NodeDiedError", "LocalRayletDiedError")) if isinstance(t, type))
+    if isinstance(exc, node_types) or not _node_alive(ray, node.node_id, wait_s=wait_s):
         return "lost", f"{type(exc).__name__}: {msg}"
     if isinstance(exc, getattr(rex, "RayTaskError", ())):
         cause = getattr(exc, "cause", None)
@@ -351,11 +451,17 @@ def _classify_failure(ray: Any, exc: BaseException, node: RayNode) -> tuple[Node
     return "error", msg[:500]
 
 
-def _node_alive(ray: Any, node_id: str) -> bool:
-    try:
-        return any(n["NodeID"] == node_id and n.get("Alive") for n in ray.nodes())
-    except Exception:
-        return False
+def _node_alive(ray: Any, node_id: str, wait_s: float = 0.0) -> bool:
+    """Whether the GCS still marks the node alive (polled up to ``wait_s`` for it to change)."""
+    end = time.monotonic() + wait_s
+    while True:
+        try:
+            alive = any(n["NodeID"] == node_id and n.get("Alive") for n in ray.nodes())
+        except Exception:
+            return True  # the GCS did not answer: no evidence against the node
+        if not alive or time.monotonic() >= end:
+            return alive
+        time.sleep(0.25)
 
 
 def gather(ray: Any, bundle: Bundle, nodes: list[RayNode], workers: list[RayWorker],
@@ -366,7 +472,9 @@ def gather(ray: Any, bundle: Bundle, nodes: list[RayNode], workers: list[RayWork
     """Run :func:`node_snapshot` on every live node of ``nodes`` (pinned), wait until
     ``deadline`` (``time.monotonic()`` value), write each node's files into ``bundle``; never
     raises for a node's failure. ``scope``: node id → the pids of the cluster's live jobs there,
-    for the nodes where vLLM-titled processes are also discovered (only within those trees)."""
+    for the nodes where vLLM-titled processes are also discovered (only within those trees).
+    A line every :data:`PROGRESS_EVERY_S` says which nodes are still awaited; a Ctrl-C stops the
+    wait and leaves the nodes not yet answered ``interrupted`` (``bundle.meta['interrupted']``)."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     t0 = time.monotonic()
@@ -377,7 +485,7 @@ def gather(ray: Any, bundle: Bundle, nodes: list[RayNode], workers: list[RayWork
     for n in nodes:
         bundle.redactor.add_host(n.hostname)
         bundle.redactor.add_host(n.ip)
-        oc = NodeOutcome(n.node_id, n.folder, "lost", 0.0, ip=n.ip, hostname=n.hostname,
+        oc = NodeOutcome(n.node_id, n.folder, "not-collected", 0.0, ip=n.ip, hostname=n.hostname,
                          is_head=n.is_head, workers=[w.label for w in workers
                                                      if w.node_id == n.node_id])
         outcomes[n.node_id] = oc
@@ -388,11 +496,55 @@ def gather(ray: Any, bundle: Bundle, nodes: list[RayNode], workers: list[RayWork
         pending[ref] = n
     if on_event:
         on_event(f"collecting from {len(pending)} node(s) ({len(workers)} vLLM worker actors)")
+    try:
+        _await(ray, bundle, pending, outcomes, t0, deadline, on_event)
+    except KeyboardInterrupt:
+        bundle.meta["interrupted"] = True
+        for n in pending.values():
+            oc = outcomes[n.node_id]
+            oc.status, oc.seconds = "interrupted", round(time.monotonic() - t0, 3)
+            oc.error = "not collected: the collect was interrupted (Ctrl-C) before this node answered"
+        _cancel(ray, list(pending))
+        return [outcomes[n.node_id] for n in nodes]
+    budget = opts.deadline_s
+    for n in pending.values():
+        oc = outcomes[n.node_id]
+        oc.seconds = round(time.monotonic() - t0, 3)
+        alive = _node_alive(ray, n.node_id)
+        oc.status = "not-collected" if alive else "lost"
+        oc.error = (f"not collected in time: no answer before --deadline {budget:g}s (collect's "
+                    "limit; nothing is known against the node)" if alive
+                    else "the GCS marks the node dead: it left the cluster during the collect")
+    _cancel(ray, list(pending))
+    return [outcomes[n.node_id] for n in nodes]
+
+
+def _cancel(ray: Any, refs: list[Any]) -> None:
+    for ref in refs:
+        try:
+            ray.cancel(ref, force=True)
+        except Exception:
+            pass
+
+
+def _await(ray: Any, bundle: Bundle, pending: dict[Any, RayNode],
+           outcomes: dict[str, NodeOutcome], t0: float, deadline: float,
+           on_event: Callable[[str], None] | None) -> None:
+    """Take the nodes' answers as they come until ``deadline``; ``pending`` keeps the rest."""
+    next_line = time.monotonic() + PROGRESS_EVERY_S
     while pending:
-        left = deadline - time.monotonic()
+        now = time.monotonic()
+        left = deadline - now
         if left <= 0:
             break
-        ready, _ = ray.wait(list(pending), num_returns=1, timeout=left)
+        if now >= next_line:
+            next_line = now + PROGRESS_EVERY_S
+            if on_event:
+                on_event(f"waiting for {len(pending)} node(s) "
+                         f"({', '.join(n.folder.split('/', 1)[-1] for n in pending.values())}): "
+                         f"{now - t0:.0f}s in, {left:.0f}s left of the deadline")
+        ready, _ = ray.wait(list(pending), num_returns=1,
+                            timeout=max(0.0, min(left, next_line - now)))
         for ref in ready:
             n = pending.pop(ref)
             oc = outcomes[n.node_id]
@@ -400,23 +552,12 @@ def gather(ray: Any, bundle: Bundle, nodes: list[RayNode], workers: list[RayWork
             try:
                 got = ray.get(ref)
             except Exception as exc:
-                oc.status, oc.error = _classify_failure(ray, exc, n)
+                oc.status, oc.error = _classify_failure(
+                    ray, exc, n, wait_s=max(0.0, min(3.0, deadline - time.monotonic())))
                 continue
             _accept(bundle, oc, got)
             if on_event:
                 on_event(f"node {n.folder}: {oc.status} in {oc.seconds:.1f}s")
-    for ref, n in pending.items():
-        oc = outcomes[n.node_id]
-        oc.seconds = round(time.monotonic() - t0, 3)
-        alive = _node_alive(ray, n.node_id)
-        oc.status = "timeout" if alive else "lost"
-        oc.error = (f"no answer within the {deadline - t0:.0f}s deadline" if alive
-                    else "the node left the cluster during the collect")
-        try:
-            ray.cancel(ref, force=True)
-        except Exception:
-            pass
-    return [outcomes[n.node_id] for n in nodes]
 
 
 def _accept(bundle: Bundle, oc: NodeOutcome, got: dict[str, Any]) -> None:
@@ -468,12 +609,19 @@ def _rank_tables(rows: list[dict[str, Any]]) -> list[str]:
 def render_cluster_summary(bundle: Bundle, outcomes: list[NodeOutcome], verdict: list[str],
                            notes: list[str]) -> str:
     red = bundle.redactor
-    L = ["# sm120kit collect bundle (Ray cluster)", "", f"- created: {bundle.meta.get('created')}",
-         f"- nodes: {len(outcomes)}; vLLM worker actors: {sum(len(o.workers) for o in outcomes)}"]
+    L = ["# sm120kit collect bundle (Ray cluster)", ""]
+    if bundle.meta.get("interrupted"):
+        L += ["**INTERRUPTED**: the collect was stopped (Ctrl-C) before it finished; this bundle "
+              "holds only what had arrived, and a missing node or rank means nothing about it.",
+              ""]
+    L += [f"- created: {bundle.meta.get('created')}",
+          f"- nodes: {len(outcomes)}; vLLM worker actors: {sum(len(o.workers) for o in outcomes)}"]
     bad = not_collected(outcomes)
     if bad:
         L.append(f"- **partial**: {len(bad)} of {len(outcomes)} node(s) not fully collected: "
                  + ", ".join(bad))
+    elif bundle.meta.get("partial_reason"):
+        L.append(f"- **partial**: {bundle.meta['partial_reason']}")
     L += ["", "## Verdict", ""]
     L += [f"- {x}" for x in verdict]
     L += ["", "## Nodes", "", "| node | host | status | seconds | workers | error |",
@@ -488,17 +636,19 @@ def render_cluster_summary(bundle: Bundle, outcomes: list[NodeOutcome], verdict:
 
 
 def not_collected(outcomes: list[NodeOutcome]) -> list[str]:
-    """``folder (status)`` of every node that is ``lost``, ``timeout`` or ``error``."""
+    """``folder (status)`` of every node that is not ``ok``."""
     return [f"{oc.folder} ({oc.status})" for oc in outcomes if oc.status != "ok"]
 
 
 def mark_partial(bundle: Bundle, outcomes: list[NodeOutcome]) -> bool:
     """``partial: true`` at the manifest's top level when a node is not fully collected."""
     bad = not_collected(outcomes)
-    bundle.meta["partial"] = bool(bad)
+    partial = bool(bad) or bool(bundle.meta.get("partial_reason")) or bool(
+        bundle.meta.get("interrupted"))
+    bundle.meta["partial"] = partial
     if bad:
         bundle.meta["partial_nodes"] = bad
-    return bool(bad)
+    return partial
 
 
 def _record_view(bundle: Bundle, ctx: CollectContext, ropts: RayOptions,
@@ -509,7 +659,7 @@ def _record_view(bundle: Bundle, ctx: CollectContext, ropts: RayOptions,
         "worker_classes": list(ropts.worker_classes), **view.to_json()})
     if not view.workers:
         ctx.notes.append(f"no live actor of class {'/'.join(ropts.worker_classes)} in a live job "
-                         "of the cluster (pass --ray-worker-class); every live node was still "
+                         f"of the cluster: {NO_WORKERS_HINT}; every live node was still "
                          "collected")
     if view.dead_nodes or view.history:
         ctx.notes.append(f"cluster history, not collected: {len(view.dead_nodes)} dead node(s), "
@@ -546,9 +696,18 @@ def gather_into(bundle: Bundle, ropts: RayOptions, opts: Options, ctx: CollectCo
                               "history": {"dead_nodes": len(view.dead_nodes),
                                           "dead_workers": len(view.history)}}
         mark_partial(bundle, outcomes)
-        rec.status = "ok"
+        rec.status = "interrupted" if bundle.meta.get("interrupted") else "ok"
         rec.detail = ", ".join(f"{oc.folder}: {oc.status}" for oc in outcomes)
         rec.files = ["ray/cluster.json"] + [oc.folder + "/" for oc in outcomes]
+    except KeyboardInterrupt:  # before the nodes were asked (joining, listing)
+        rec.status, rec.error = "interrupted", "interrupted (Ctrl-C) before the nodes were asked"
+        bundle.meta["interrupted"] = True
+        bundle.meta["partial_reason"] = rec.error
+        mark_partial(bundle, outcomes)
+    except NotInTime as exc:
+        rec.status, rec.error = "timeout", exc.message
+        bundle.meta["partial_reason"] = exc.message
+        mark_partial(bundle, outcomes)
     except UserError:
         rec.status, rec.error = "error", "could not reach the Ray cluster"
         raise
@@ -566,35 +725,120 @@ def gather_into(bundle: Bundle, ropts: RayOptions, opts: Options, ctx: CollectCo
 
 def collect_ray(out_dir: Path, ropts: RayOptions, *, deadline_s: float, redact: bool = True,
                 host_map_file: Path | None = None, options: Options | None = None,
-                on_event: Callable[[str], None] | None = None) -> RayCollectResult:
-    """``collect --ray [ADDRESS]``: one bundle of every node, now. Never signals anything."""
-    t0 = time.monotonic()
-    connect(ropts.address, deadline_s, debug=ropts.debug)  # bad address: no empty bundle
+                on_event: Callable[[str], None] | None = None,
+                started: float | None = None) -> RayCollectResult:
+    """``collect --ray [ADDRESS]``: one bundle of every node, now. Never signals anything.
+    ``started``: the ``time.monotonic()`` the deadline counts from (the command's start, so
+    the whole run, startup and bundle writing included, ends within ``deadline_s``)."""
+    t0 = time.monotonic() if started is None else started
+    with native_stderr_hidden(ropts.debug) as ray_log:
+        return _collect_ray(out_dir, ropts, t0, deadline_s, redact, host_map_file, options,
+                            on_event, ray_log)
+
+
+def _collect_ray(out_dir: Path, ropts: RayOptions, t0: float, deadline_s: float, redact: bool,
+                 host_map_file: Path | None, options: Options | None,
+                 on_event: Callable[[str], None] | None, ray_log: Path | None) -> RayCollectResult:
+    end = t0 + deadline_s - min(FINISH_RESERVE_S, deadline_s / 2)
+    early: str | None = None
+    try:  # a bad address is one error line and no empty bundle
+        connect(ropts.address, max(0.1, end - time.monotonic()), debug=ropts.debug,
+                named_s=deadline_s)
+    except NotInTime as exc:
+        early = exc.message
+    except KeyboardInterrupt:
+        early = "interrupted (Ctrl-C) while joining the cluster, before the nodes were asked"
     opts = options or Options()
     opts.deadline_s = deadline_s
     ctx = CollectContext(mode="ray", reason="ray: snapshot requested", stall_kind="requested")
     bundle = Bundle.create(Path(out_dir), Redactor(enabled=redact, host_map_file=host_map_file),
-                           meta={"mode": "ray"})
+                           meta={"mode": "ray", "deadline_s": deadline_s})
     outcomes: list[NodeOutcome] = []
     workers: list[RayWorker] = []
     try:
-        outcomes, workers = gather_into(bundle, ropts, opts, ctx, deadline=t0 + deadline_s,
-                                        redact=redact, on_event=on_event)
+        if early is not None:
+            _record_early(bundle, early)
+        else:
+            outcomes, workers = gather_into(bundle, ropts, opts, ctx, deadline=end,
+                                            redact=redact, on_event=on_event)
     finally:
-        tb = finish(bundle, outcomes, ctx, opts.hooks)
+        if early is None:
+            _shutdown()  # ~0.3 s here; left to the interpreter's exit it costs ~1 s after the bundle
+        if ray_log is not None:
+            _keep_ray_log(bundle, ray_log)
+        hooks = opts.hooks
+        if time.monotonic() > t0 + deadline_s - JUDGE_MIN_S:  # no time left to judge: say so
+            hooks = replace(hooks, judge=None)
+            bundle.meta["not_judged"] = "no time left in --deadline: run sm120kit diagnose on it"
+        tb = finish(bundle, outcomes, ctx, hooks)
     return RayCollectResult(bundle.root, tb, outcomes, workers,
                             list(bundle.meta.get("verdict") or []), round(time.monotonic() - t0, 3),
-                            partial=bool(not_collected(outcomes)))
+                            partial=bool(bundle.meta.get("partial")),
+                            interrupted=bool(bundle.meta.get("interrupted")),
+                            partial_reason=bundle.meta.get("partial_reason"))
+
+
+def _shutdown() -> None:
+    try:
+        import ray
+
+        ray.shutdown()
+    except Exception:
+        pass
+
+
+def _record_early(bundle: Bundle, why: str) -> None:
+    """The bundle of a collect that stopped before any node was asked (deadline, Ctrl-C)."""
+    rec = CollectorRecord(name="ray-cluster", started=iso(time.time()), error=why,
+                          status="interrupted" if why.startswith("interrupted") else "timeout")
+    bundle.record(rec)
+    if rec.status == "interrupted":
+        bundle.meta["interrupted"] = True
+    bundle.meta["partial_reason"] = why
+    mark_partial(bundle, [])
+
+
+def _keep_ray_log(bundle: Bundle, path: Path) -> None:
+    """Ray's and gRPC's own stderr lines (hidden from the terminal) as ``ray/driver-stderr.log``."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return
+    if text.strip() and not bundle.closed:
+        bundle.write_text("ray/driver-stderr.log", text[-256 * 1024:])
+
+
+def headline(bundle: Bundle, outcomes: list[NodeOutcome]) -> str:
+    """The bundle's first verdict line: what was collected, in the cluster's terms, before any
+    rule's finding (an interrupted or late collect says so first; our limits blame no one)."""
+    if bundle.meta.get("interrupted"):
+        return ("INTERRUPTED: the collect was stopped (Ctrl-C) before it finished: partial "
+                "evidence; a missing node or rank means nothing about it")
+    late = [oc for oc in outcomes if oc.status == "not-collected"]
+    budget = bundle.meta.get("deadline_s")
+    if bundle.meta.get("partial_reason") and not outcomes:
+        return str(bundle.meta["partial_reason"])
+    rows = rank_rows(outcomes)
+    states = Counter(str(r["state"] or "unknown") for r in rows if r["role"] != "api-server")
+    ranks = (f"{sum(states.values())} process(es) sampled on "
+             f"{sum(oc.status == 'ok' for oc in outcomes)} node(s): "
+             + ", ".join(f"{n} {st}" for st, n in states.most_common())) if states else (
+        "no rank sampled")
+    if late:
+        return (f"not collected in time: {len(late)} of {len(outcomes)} node(s) gave no answer "
+                f"before --deadline {budget:g}s (collect's limit, nothing is known against them)"
+                f"; {ranks}")
+    return f"Ranks: {ranks}"
 
 
 def finish(bundle: Bundle, outcomes: list[NodeOutcome], ctx: CollectContext,
            hooks: BundleHooks) -> Path:
-    """Summary with the verdict (the diagnose rules engine over the cluster bundle: the
-    cross-node rules name the rank and node that stopped first), manifest, tarball."""
+    """Summary with the verdict (the headline, then the diagnose rules engine over the cluster
+    bundle: the cross-node rules name the rank and node that stopped first), manifest, tarball."""
     bundle.write_json("timeline.json", {"mode": ctx.mode, "reason": ctx.reason,
                                         "stall_kind": ctx.stall_kind, "phases": [],
                                         "notes": ctx.notes})
-    verdict = make_verdict(ctx, bundle, hooks)
+    verdict = [headline(bundle, outcomes), *make_verdict(ctx, bundle, hooks)]
     bundle.meta["verdict"] = verdict
     bundle.write_text("summary.md", render_cluster_summary(bundle, outcomes, verdict, ctx.notes))
     bundle.write_manifest()

@@ -61,6 +61,29 @@ class RayJob:
     driver_pid: int | None = None
     driver_ip: str = ""
     entrypoint: str = ""
+    #: what Ray's job table holds when it differs from ``entrypoint`` (see clean_entrypoint)
+    entrypoint_recorded: str | None = None
+
+
+_EMPTY_ARG = re.compile(r'(?:\s+(?:""|\'\'))+\s*$')
+_TITLE = re.compile(r"^(?:VLLM|sm120kit)::\S+")
+
+
+def clean_entrypoint(recorded: str) -> tuple[str, str | None]:
+    """Ray records a driver's entrypoint as ``list2cmdline(psutil.Process().cmdline())`` when
+    the driver connects. vLLM retitles its processes (``setproctitle``, e.g. ``VLLM::EngineCore``)
+    by overwriting the argv area, so the arguments read back as empty strings and Ray records
+    ``VLLM::EngineCore "" "" ...``. Returns (entrypoint without the blanked arguments, what Ray
+    recorded when that differs); the typed command is not recoverable from the job table."""
+    text = recorded.strip()
+    cleaned = _EMPTY_ARG.sub("", text)
+    while cleaned != text:  # interleaved blanks: drop every empty quoted argument
+        text = cleaned
+        cleaned = _EMPTY_ARG.sub("", text)
+    cleaned = re.sub(r'\s(?:""|\'\')(?=\s)', "", cleaned)
+    if _TITLE.match(cleaned) and cleaned != recorded.strip():
+        cleaned += "  (process title set by vLLM; the command line it replaced is not recorded)"
+    return cleaned, (recorded if cleaned != recorded else None)
 
 
 @dataclass
@@ -145,11 +168,15 @@ def list_jobs() -> list[RayJob]:
     """The GCS job table (every driver that ever joined, with ``IsDead``)."""
     import ray._private.state as gcs_state
 
-    return [RayJob(job_id=str(j.get("JobID") or ""), alive=not j.get("IsDead"),
-                   driver_pid=int(j["DriverPid"]) if j.get("DriverPid") else None,
-                   driver_ip=str(j.get("DriverIPAddress") or ""),
-                   entrypoint=str(j.get("Entrypoint") or "")[:300])
-            for j in gcs_state.jobs()]
+    out = []
+    for j in gcs_state.jobs():
+        entry, recorded = clean_entrypoint(str(j.get("Entrypoint") or ""))
+        out.append(RayJob(job_id=str(j.get("JobID") or ""), alive=not j.get("IsDead"),
+                          driver_pid=int(j["DriverPid"]) if j.get("DriverPid") else None,
+                          driver_ip=str(j.get("DriverIPAddress") or ""),
+                          entrypoint=entry[:300],
+                          entrypoint_recorded=recorded[:300] if recorded else None))
+    return out
 
 
 def list_actors(timeout: int = 10) -> tuple[list[RayWorker], str]:
@@ -251,6 +278,7 @@ def in_scope(pid: int, roots: list[int]) -> bool:
     return False
 
 
-__all__ = ["ClusterView", "RayJob", "RayNode", "RayWorker", "build_view", "cluster_view",
+__all__ = ["ClusterView", "RayJob", "RayNode", "RayWorker", "build_view", "clean_entrypoint",
+           "cluster_view",
            "in_scope", "instance_from_name", "instances", "list_actors", "list_jobs",
            "list_nodes", "ranks_from_name", "scope_pids"]

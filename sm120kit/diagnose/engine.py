@@ -18,6 +18,7 @@ from typing import IO, Any, BinaryIO
 
 from sm120kit.diagnose.catalogue import announces_long_step
 from sm120kit.diagnose.catalogue import load as load_catalogue
+from sm120kit.diagnose.completeness import completeness, lead
 from sm120kit.diagnose.facts import BundleFacts, StackView
 from sm120kit.diagnose.rules import run_rules
 from sm120kit.diagnose.rules.base import Finding, RuleContext, field_phase
@@ -170,6 +171,7 @@ def load_bundle_facts(br: BundleReader) -> BundleFacts:
         nodes = ray.get("nodes") if isinstance(ray, dict) else None
         if isinstance(nodes, list):
             bf.nodes = [n for n in nodes if isinstance(n, dict)]
+    bf.incomplete = completeness(man)
     _load_host(br, bf, "", None)
     for folder in node_folders(br):
         _load_host(br, bf, folder + "/", folder.split("/", 1)[1])
@@ -506,6 +508,7 @@ def _result(inputs: list[str], kind: str, an: LogAnalysis, lf: LogFacts,
                    for s in (facts.stacks if facts else [])],
     }
     verdict, state, phase = _verdict(lf, facts, findings)
+    verdict = lead(verdict, facts.incomplete if facts is not None else None)
     if lf.phases.run:
         notes.append(f"the input holds {lf.phases.run + 1} launches (split at launch banners / vLLM "
                      "versions); their timelines and watchdog sequence numbers are kept apart, "

@@ -51,6 +51,8 @@ class BundleFacts:
     #: multi-node (``collect --ray``) bundles: the manifest's per-node records (folder, status,
     #: error, workers, collectors); empty for one host
     nodes: list[dict[str, Any]] = field(default_factory=list)
+    #: an interrupted / partial bundle says so (diagnose.completeness); None when whole
+    incomplete: str | None = None
 
 
 __all__ = ["BundleFacts", "LogFacts", "NcclFacts", "PhaseFacts", "ProgressFacts", "StackView",

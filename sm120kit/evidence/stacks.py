@@ -211,6 +211,8 @@ def py_spy_dump(
         err = (r.stderr or r.stdout or "").strip()
         kind = classify_error(err)
         last_err = _first_error_line(err)
+        if kind == "gone":  # py-spy's "Error: No such process (os error 3)": say what it means
+            last_err = f"process {pid} exited before its stack could be read"
         if kind in ("permission", "gone", "not-python"):
             break  # no point retrying without --native
         if use_native:

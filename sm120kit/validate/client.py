@@ -17,6 +17,11 @@ from sm120kit.errors import UserError
 
 INSTALL_HINT = "install the HTTP client: pip install 'sm120kit[validate]' (httpx)"
 CONNECT_TIMEOUT = 10.0  # seconds to open a TCP connection (a live host answers in milliseconds)
+#: seconds for the first byte of the quick endpoints (``/v1/models``, ``/tokenize``, ``/metrics``):
+#: a ready vLLM API server answers them from its own process in milliseconds, whatever the engine
+#: is doing; only generation (``/v1/completions``) waits under ``--timeout``
+SHORT_TIMEOUT = 10.0
+QUICK_PATHS = ("/v1/models", "/tokenize", "/metrics")
 KEY_HINT = "vLLM's --api-key (or VLLM_API_KEY) guards /v1/*: pass the same key to validate"
 
 
@@ -50,7 +55,8 @@ class ServerClient:
 
     def __init__(self, url: str, *, label: str = "server", timeout: float = 600.0,
                  model: str | None = None, api_key: str | None = None,
-                 connect_timeout: float = CONNECT_TIMEOUT) -> None:
+                 connect_timeout: float = CONNECT_TIMEOUT,
+                 short_timeout: float = SHORT_TIMEOUT) -> None:
         try:
             import httpx
         except ImportError as exc:  # third-party, optional extra
@@ -63,6 +69,7 @@ class ServerClient:
         self.model = model
         self.api_key = api_key or None
         self.connect_timeout = connect_timeout
+        self.short_timeout = min(short_timeout, timeout)
         self.requests = 0  # requests sent (the cost said up front is checked against it)
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = httpx.Client(base_url=self.url, headers=headers,
@@ -87,8 +94,11 @@ class ServerClient:
         """JSON answer of ``method path``; ``optional``: None on 404 instead of an error."""
         hx = self._httpx
         self.requests += 1
+        quick = path in QUICK_PATHS
+        limit = self.short_timeout if quick else self.timeout
         try:
-            resp = self._http.request(method, path, json=body)
+            resp = self._http.request(method, path, json=body,
+                                      timeout=hx.Timeout(limit, connect=self.connect_timeout))
         except hx.ConnectTimeout as exc:
             raise UserError(
                 f"{self._where(path)}: no connection within {self.connect_timeout:g} s",
@@ -96,6 +106,13 @@ class ServerClient:
                      "this: it is the read timeout of a connected request",
             ) from exc
         except hx.TimeoutException as exc:
+            if quick:
+                raise UserError(
+                    f"{self._where(path)}: silent server: it accepts the connection but sent no "
+                    f"answer within {limit:g} s (a ready vLLM answers {path} at once)",
+                    hint="is the process stopped or hung, still starting, or not an HTTP server? "
+                         "--timeout only bounds generation requests",
+                ) from exc
             raise UserError(
                 f"{self._where(path)}: no answer within {self.timeout:g} s ({type(exc).__name__})",
                 hint="a long prompt on a cold server can take minutes: raise --timeout",

@@ -20,7 +20,7 @@ class Verdict(StrEnum):
     @property
     def exit_code(self) -> int:
         return {Verdict.PASS: ExitCode.OK, Verdict.SUSPICIOUS: ExitCode.FINDINGS}.get(
-            self, ExitCode.FAILURE
+            self, ExitCode.NUMERICAL_FAILURE
         )
 
 
@@ -185,6 +185,8 @@ class ValidateResult:
     launch: dict[str, Any] | None = None
     #: HTTP requests sent, per server and endpoint kind (the count said up front is "planned")
     requests: dict[str, int] = field(default_factory=dict)
+    #: whether the reference is proven another server: {"status": same|distinct|unproven, "how"}
+    identity: dict[str, str] | None = None
 
     @property
     def exit_code(self) -> int:

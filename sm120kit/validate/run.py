@@ -13,7 +13,14 @@ from typing import Any
 from sm120kit.errors import UserError
 from sm120kit.validate.client import Completion, ServerClient
 from sm120kit.validate.compare import Diff, diff, forced_diff, judge_diff, token_id
-from sm120kit.validate.identity import check_options, counters_tell, refuse_same
+from sm120kit.validate.identity import (
+    Identity,
+    address_identity,
+    check_options,
+    counters_tell,
+    decide,
+    refuse_same,
+)
 from sm120kit.validate.kv import kv_capacity
 from sm120kit.validate.model import (
     Check,
@@ -51,6 +58,7 @@ class ValidateOptions:
     log_text: str | None = None  # the DCP server's launch log, when validate launched it
     api_key: str | None = None  # Bearer token for --url (vLLM's --api-key)
     reference_api_key: str | None = None  # for --reference-url; None = api_key
+    assume_distinct: bool = False  # --assume-distinct: a pass without proof of two servers
 
     def check(self) -> None:
         check_options(top_logprobs=self.top_logprobs, max_tokens=self.max_tokens,
@@ -320,7 +328,8 @@ def result(server: ServerFacts, reference: ServerFacts | None, layout: DcpLayout
            opts: ValidateOptions, planned: list[Planned], mine: list[Completion | None],
            theirs: list[Completion | None] | None, floor: NoiseFloor | None,
            notes: list[str], kv: KvCapacity | None,
-           forced: list[Diff | None] | None = None) -> ValidateResult:
+           forced: list[Diff | None] | None = None,
+           identity: Identity | None = None) -> ValidateResult:
     """Judge the answers against the lines (raised to the measured noise floor) and sum up."""
     th = opts.thresholds.widened(floor)
     if floor is not None and th != opts.thresholds:
@@ -332,16 +341,27 @@ def result(server: ServerFacts, reference: ServerFacts | None, layout: DcpLayout
     if reference is None and verdict is Verdict.PASS:
         verdict = Verdict.SUSPICIOUS
         notes.append("verdict held at 'suspicious': without a reference the numerics are unproven")
+    summary = _summary(checks, verdict, reference is not None)
+    if identity is not None and identity.status == "unproven":
+        if opts.assume_distinct:
+            notes.append(f"identity unproven ({identity.how}): taken as two servers "
+                         "(--assume-distinct)")
+        elif verdict is Verdict.PASS:
+            verdict = Verdict.SUSPICIOUS
+            summary = (f"SUSPICIOUS: identity unproven: {len(checks)} checks agree, but nothing "
+                       f"shows the reference is another server ({identity.how}); pass "
+                       "--assume-distinct if you know it is")
     return ValidateResult(server=server, reference=reference, layout=layout,
-                          thresholds=th, checks=checks, verdict=verdict,
-                          summary=_summary(checks, verdict, reference is not None),
-                          kv_capacity=kv, noise_floor=floor, notes=notes)
+                          thresholds=th, checks=checks, verdict=verdict, summary=summary,
+                          kv_capacity=kv, noise_floor=floor, notes=notes,
+                          identity=identity.to_dict() if identity is not None else None)
 
 
 def validate(opts: ValidateOptions, progress: Progress | None = None) -> ValidateResult:
     """Both servers already running (``opts.url`` and, optionally, ``opts.reference_url``)."""
     say = progress or (lambda _m: None)
     notes: list[str] = []
+    identity: Identity | None = None
     opts.check()
     with opts.client(opts.url, "server") as dcp:
         server = server_facts(dcp)
@@ -356,8 +376,7 @@ def validate(opts: ValidateOptions, progress: Progress | None = None) -> Validat
                           "only needle retrieval is judged")
         try:
             if ref_client is not None:
-                refuse_same(dcp.url, ref_client.url, metrics, ref_client.metrics(), opts.dcp,
-                            counters_tell(dcp, ref_client))
+                identity = prove_distinct(dcp, ref_client, metrics, opts.dcp)
                 reference = server_facts(ref_client)
             planned = plan(opts, dcp, server, layout, ref_client is not None, reference)
             notes += placement_notes(planned, layout)
@@ -374,9 +393,21 @@ def validate(opts: ValidateOptions, progress: Progress | None = None) -> Validat
         counts["server"] = dcp.requests
         counts["reference"] = ref_client.requests if ref_client is not None else 0
     kv = kv_capacity(opts.log_text, metrics if layout.dcp > 1 else None)
-    res = result(server, reference, layout, opts, planned, mine, theirs, floor, notes, kv, forced)
+    res = result(server, reference, layout, opts, planned, mine, theirs, floor, notes, kv, forced,
+                 identity)
     res.requests = counts
     return res
+
+
+def prove_distinct(dcp: ServerClient, ref: ServerClient, metrics: str | None,
+                   dcp_size: int | None) -> Identity:
+    """Refuse one server behind both URLs (UserError); else how the two are known to be two,
+    or that they are not known to be."""
+    by_address = address_identity(dcp.url, ref.url)
+    ref_metrics = ref.metrics()
+    told = refuse_same(dcp.url, ref.url, metrics, ref_metrics, dcp_size, counters_tell(dcp, ref),
+                       by_address)
+    return decide(by_address, metrics, ref_metrics, told)
 
 
 def announce(planned: list[Planned], dcp: ServerClient, with_ref: bool,

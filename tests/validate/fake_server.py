@@ -166,7 +166,7 @@ def make_handler(model: TinyModel, args: argparse.Namespace) -> type[BaseHTTPReq
             if path == "/v1/models":
                 self._send(200, {"object": "list", "data": [
                     {"id": name, "object": "model", "max_model_len": args.max_model_len}]})
-            elif path == "/metrics":
+            elif path == "/metrics" and not args.no_metrics:
                 # vLLM's per-engine counters (v1/metrics/loggers.py) and prometheus_client's
                 # process start, which has a resolution of one clock tick (10 ms)
                 labels = f'engine="0",model_name="{name}"'
@@ -241,6 +241,8 @@ def main() -> None:
     ap.add_argument("--max-logprobs", type=int, default=20)
     ap.add_argument("--start-time", type=float, default=None,
                     help="process_start_time_seconds to report (two servers started in one tick)")
+    ap.add_argument("--no-metrics", action="store_true",
+                    help="no /metrics (404), as an OpenAI-compatible stand-in without Prometheus")
     ap.add_argument("--record", help="append every POST body (JSON lines) to this file")
     args = ap.parse_args()
     args.model_name = args.model

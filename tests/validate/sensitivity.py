@@ -1,9 +1,11 @@
 """The sensitivity matrix: injected error x max_model_len x indexer top-k, default validate settings.
 
-``python tests/validate/sensitivity.py 2048 [8192]`` starts the test servers (a DCP-1 reference and
-one DCP-4 server per case, each with that ``max_model_len`` and top-k), runs ``sm120kit validate
---dcp 4 --interleave 64`` with nothing else, and prints one JSON line per case: verdict, exit code,
-worst max|Δ| and mean|Δ| over the checks, needles lost. The tests call :func:`measure`.
+``python tests/validate/sensitivity.py [--dcp 2,4,8] [--table] 1024 2048 [8192]`` starts the test
+servers (a DCP-1 reference and one DCP-N server per case, each with that ``max_model_len`` and
+top-k), runs ``sm120kit validate --dcp N --interleave 64`` with nothing else, and prints one JSON
+line per case: verdict, exit code, worst max|Δ| and mean|Δ| over the checks, needles lost, and the
+margin over the fail line (:func:`margin`); ``--table`` prints the markdown table of
+docs/validate.md at the end. The tests call :func:`measure`.
 """
 
 from __future__ import annotations
@@ -23,8 +25,9 @@ CASES: dict[str, list[str]] = {
     "interleave_1": ["--read-interleave", "1"],
     "dropped_rank": ["--drop-rank", "3"],
 }
-EXPECT = {"correct_bf16": 0, "correct_fp32": 0, "lse_base_e": 2, "interleave_1": 2,
-          "dropped_rank": 2}
+#: exit codes: 0 pass, 3 numerically wrong (2 would be a refusal to run the comparison)
+EXPECT = {"correct_bf16": 0, "correct_fp32": 0, "lse_base_e": 3, "interleave_1": 3,
+          "dropped_rank": 3}
 SPARSE_TOPK = 256
 
 
@@ -47,21 +50,50 @@ def summarize(res: dict[str, Any], rc: int) -> dict[str, Any]:
             "max_abs": max(maxes, default=None), "mean_abs": max(means, default=None),
             "needles_lost": sum(c.get("needle_found") is False for c in checks),
             "failed_checks": sum(c.get("verdict") == "fail" for c in checks),
-            "checks": len(checks), "summary": res.get("summary")}
+            "checks": len(checks), "margin": margin(res), "summary": res.get("summary")}
+
+
+def margin(res: dict[str, Any]) -> float | None:
+    """How far past its fail line the strongest failed check is: the largest of mean|Δ| /
+    fail_mean (over enough positions) and max|Δ| / fail_max; ``inf`` where a discrete test (a
+    lost needle the reference retrieves, a sure top-1 flip) failed it; None without a failure."""
+    th = res.get("thresholds") or {}
+    fm, fx = th.get("fail_mean"), th.get("fail_max")
+    best: float | None = None
+    for c in res.get("checks", []):
+        if c.get("verdict") != "fail":
+            continue
+        r = 0.0
+        if c.get("needle_found") is False and c.get("reference_needle_found"):
+            r = float("inf")
+        if fm and c.get("mean_abs_diff") is not None and (
+                c.get("compared_positions") or 0) >= th.get("mean_min_positions", 8):
+            r = max(r, c["mean_abs_diff"] / fm)
+        if fx and c.get("max_abs_diff") is not None:
+            r = max(r, c["max_abs_diff"] / fx)
+        if r == 0.0 and any("top-1" in x or "diverge" in x for x in c.get("reasons", [])):
+            r = float("inf")
+        best = r if best is None else max(best, r)
+    return best
 
 
 def measure(mml: int, topk: int, cases: list[str], run_validate: Any,
-            on_case: Any = None) -> dict[str, Any]:
-    """{case: summary} for one (max_model_len, top-k); ``run_validate(argv) -> (rc, json)``."""
+            on_case: Any = None, dcp: int = 4) -> dict[str, Any]:
+    """{case: summary} for one (max_model_len, top-k, DCP size);
+    ``run_validate(argv) -> (rc, json)``."""
     common = ["--max-model-len", str(mml), "--topk", str(topk)]
     ref, ref_url = start(["--dcp", "1", *common])
     out = {}
+    layout = ["--dcp", str(dcp), "--cp-kv-cache-interleave-size", "64"]
     try:
         for case in cases:
-            p, url = start([*DCP4, *common, *CASES[case]])
+            extra = CASES[case]
+            if case == "dropped_rank":  # the last rank of this size
+                extra = ["--drop-rank", str(dcp - 1)]
+            p, url = start([*layout, *common, *extra])
             try:
                 rc, res = run_validate(["validate", "--url", url, "--reference-url", ref_url,
-                                        "--dcp", "4", "--interleave", "64", "--json"])
+                                        "--dcp", str(dcp), "--interleave", "64", "--json"])
                 out[case] = summarize(res, rc)
                 if on_case is not None:
                     on_case(case, out[case])
@@ -80,8 +112,49 @@ def _cli(argv: list[str]) -> tuple[int, dict[str, Any]]:
     return p.returncode, json.loads(p.stdout)
 
 
+def table(rows: list[dict[str, Any]]) -> str:
+    """The markdown table of docs/validate.md from the JSON lines."""
+    def f(x: Any) -> str:
+        if x is None:
+            return ""
+        if isinstance(x, float):
+            return "needle/flip" if x == float("inf") else f"{x:.4g}"
+        return str(x)
+
+    out = ["| DCP | max_model_len | top-k | server | exit | verdict | worst max\\|Δ\\| | "
+           "worst mean\\|Δ\\| | needles lost | checks failed | margin over the fail line |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        m = r["margin"]
+        out.append(f"| {r['dcp']} | {r['max_model_len']} | {r['topk']} | {r['case']} | {r['rc']} | "
+                   f"{r['verdict']} | {f(r['max_abs'])} | {f(r['mean_abs'])} | "
+                   f"{r['needles_lost']} | {r['failed_checks']}/{r['checks']} | "
+                   f"{f(m) + ('x' if m is not None and m != float('inf') else '')} |")
+    return "\n".join(out)
+
+
+def main(argv: list[str]) -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("lengths", nargs="*", type=int, default=[2048])
+    ap.add_argument("--dcp", default="4", help="comma-separated DCP sizes")
+    ap.add_argument("--table", action="store_true", help="print the markdown table at the end")
+    ap.add_argument("--cases", default=",".join(CASES))
+    a = ap.parse_args(argv)
+    rows: list[dict[str, Any]] = []
+    for dcp in [int(x) for x in a.dcp.split(",")]:
+        for n in a.lengths:
+            for name, k in (("sparse", SPARSE_TOPK), ("dense", n)):
+                def show(case: str, s: dict[str, Any], n: int = n, name: str = name,
+                         dcp: int = dcp) -> None:
+                    row = {"dcp": dcp, "max_model_len": n, "topk": name, "case": case, **s}
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
+                measure(n, k, a.cases.split(","), _cli, show, dcp=dcp)
+    if a.table:
+        print(table(rows))
+
+
 if __name__ == "__main__":
-    for n in map(int, sys.argv[1:] or ["2048"]):
-        for name, k in (("sparse", SPARSE_TOPK), ("dense", n)):
-            measure(n, k, list(CASES), _cli, lambda case, s, n=n, name=name: print(
-                json.dumps({"max_model_len": n, "topk": name, "case": case, **s}), flush=True))
+    main(sys.argv[1:])

@@ -42,7 +42,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
                   "200", "--lengths", "700", "--max-tokens", "4", "--json"]
         assert run(["validate", "--url", url, *common]) == 0
         # a diverging server: the teacher-forced scoring requests are sent (and recorded) too
-        assert run(["validate", "--url", wrong, *common]) == 2
+        assert run(["validate", "--url", wrong, *common]) == 3
     finally:
         for p in procs:
             p.terminate()

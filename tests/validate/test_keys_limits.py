@@ -180,8 +180,21 @@ def test_same_server_twice_is_refused(servers: dict[str, str],
     assert rc == 2 and "are the same server" in err
     alias = url.replace("127.0.0.1", "localhost")
     rc, err, _ = _err(capsys, "--url", url, "--reference-url", alias, *SMALL)
-    assert rc == 2 and "are one server process (same process_start_time_seconds" in err
-    assert "request counters that move together" in err
+    # the addresses decide first: localhost resolves to the same 127.0.0.1:PORT (issue 31)
+    assert rc == 2 and "are the same server" in err and "resolve to 127.0.0.1" in err
+    # where the addresses cannot tell (a proxy, another host name), the shared start time and
+    # the request counters do: the same server seen through two clients
+    from sm120kit.errors import UserError
+    from sm120kit.validate.client import ServerClient
+    from sm120kit.validate.identity import Identity, counters_tell, refuse_same
+
+    with ServerClient(url) as a, ServerClient(alias) as b:
+        a.models()
+        with pytest.raises(UserError) as exc:
+            refuse_same(a.url, b.url, a.metrics(), b.metrics(), 4, counters_tell(a, b),
+                        Identity("unproven", "a proxy"))
+    assert "are one server process (same process_start_time_seconds" in exc.value.message
+    assert "request counters that move together" in exc.value.message
     assert reported_dcp('vllm:parallel_config_info{decode_context_parallel_size="4"} 1.0') == 4
     assert reported_dcp('vllm:cache_config_info{block_size="64"} 1.0') is None
 

@@ -47,7 +47,7 @@ def test_launch_relaunches_dcp1_reference_and_fails_base_e(
               "--decode-context-parallel-size", "4", "--cp-kv-cache-interleave-size", "64",
               "--port", port, "--merge-base", "e"])
     res = json.loads(capsys.readouterr().out)
-    assert rc == 2 and res["verdict"] == "fail", res["summary"]
+    assert rc == 3 and res["verdict"] == "fail", res["summary"]
     assert res["layout"] == {"dcp": 4, "interleave": 64, "block_size": 64,
                              "source": "launch line"}
     assert res["launch"]["reference_argv"][-2:] == ["--decode-context-parallel-size", "1"]

@@ -1,6 +1,6 @@
 """The acceptance matrix of issue 24: at max_model_len 2048 and 8192, with a sparse and a dense
 indexer top-k, and default validate settings (``--dcp 4 --interleave 64``, nothing else), each
-injected silent error fails (exit 2) and the correct server passes with BF16- and fp32-rounded
+injected silent error fails (exit 3) and the correct server passes with BF16- and fp32-rounded
 rank outputs. Real server processes (``fake_server.py``: the tiny model on the project's reference
 DCP math; no SM120 GPU here); validate runs as the installed CLI in a subprocess."""
 
