@@ -36,7 +36,7 @@ def _write(tmp_path: Path, text: str) -> Path:
     # https://github.com/vllm-project/vllm/issues/7151 (the whole description)
     "I met the same problem as in issue #7077, but the issue was closed without solutions.",
     # https://github.com/vllm-project/vllm/issues/3974 (a comment: the workaround it needed)
-    "I just found a solution that works!\nI set the env variable as `export NCCL_P2P_DISABLE=1`",
+    "I just found a solution that works!",
 ])
 def test_a_stated_problem_or_a_needed_fix_is_never_all_clear(tmp_path: Path, words: str) -> None:
     res = diagnose([_write(tmp_path, f"### Describe the bug\n\n{words}\n")])
@@ -87,3 +87,24 @@ def test_bfloat16_config_beside_a_pre_ampere_gpu_is_config_invalid(tmp_path: Pat
 def test_a_dtype_the_gpu_runs_is_no_finding(tmp_path: Path, gpu: str, dtype: str) -> None:
     res = diagnose([_write(tmp_path, f"{gpu}\n\n{BANNER.format(dtype=dtype)}\n")])
     assert not any(f.category == "config-invalid" for f in res.findings), res.verdict
+
+
+def test_a_run_that_works_once_p2p_is_disabled_is_the_p2p_path(tmp_path: Path) -> None:
+    # https://github.com/vllm-project/vllm/issues/3974 (a comment: TP=4 loads only with P2P off)
+    text = ("I just found a solution that works!\nI set the env variable as "
+            "`export NCCL_P2P_DISABLE=1`\n\n```\nllm = VLLM(model=\"./mixtral-8x7B\", "
+            "tensor_parallel_size=4, trust_remote_code=True, enforce_eager=True)\n```\n")
+    res = diagnose([_write(tmp_path, text)])
+    top = res.findings[0]
+    assert res.exit_code == 1 and top.category == "p2p-transport", res.verdict
+    assert top.rule == "p2p-disable-fixed-it" and 0.5 <= top.confidence < 0.8
+
+
+@pytest.mark.parametrize("words", [
+    "export NCCL_P2P_DISABLE=1\nvllm serve Qwen/Qwen2-72B --tensor-parallel-size 4",
+    "I set NCCL_P2P_DISABLE=1 but it didn't help, the server still hangs at startup.",
+])
+def test_the_p2p_setting_without_a_said_fix_is_not_that_finding(tmp_path: Path,
+                                                                words: str) -> None:
+    res = diagnose([_write(tmp_path, f"{words}\n")])
+    assert not any(f.rule == "p2p-disable-fixed-it" for f in res.findings), res.verdict
