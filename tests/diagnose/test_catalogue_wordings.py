@@ -17,6 +17,17 @@ from sm120kit.diagnose.engine import diagnose
 CAT = C.load(environ={})
 
 NAMED = [
+    # vLLM gpu_model_runner.py (0.11 .. 0.12): the attention-impl DCP check's earlier wording,
+    # https://github.com/vllm-project/vllm/issues/30936
+    ("AssertionError: DCP requires attention impls to return the softmax lse for decode, but the "
+     "impl FlashAttentionImpl does not return the softmax lse for decode.", "dcp-unsupported"),
+    # vLLM cp_utils.py check_attention_cp_compatibility: an impl without MTP at interleave > 1,
+    # https://github.com/vllm-project/vllm/pull/56722
+    ("AssertionError: MTP with cp_kv_cache_interleave_size > 1 is not supported in "
+     "FlashMLASparseImpl.", "dcp-mtp-interleave-unsupported"),
+    # vLLM config: the block size is the user's to fix
+    ("AssertionError: block_size (32) should be greater than or equal to and divisible by "
+     "cp_kv_cache_interleave_size (64)", "dcp-interleave"),
     # nvcc: https://github.com/thu-ml/TurboDiffusion/issues/80
     ("      nvcc fatal   : Unsupported gpu architecture 'compute_120a'", "cuda-toolkit-too-old"),
     # torch/utils/cpp_extension.py _get_cuda_arch_flags

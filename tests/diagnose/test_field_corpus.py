@@ -183,9 +183,11 @@ def scores(results: list[tuple[dict[str, Any], dict[str, Any]]]) -> dict[str, An
 
 
 # measured on the tuning corpus (field-logs + field-logs-b); floors are the measured values
-FLOORS = {"top1": 76, "top3": 80}  # of 110 known causes (stop 28: four sets; 63/66 before tuning)
-FALSE_ALL_CLEAR_MAX = 9  # measured (issue 21 target: 0); incl. vllm-7151 (prose only: exit 0,
-# no-evidence, since text is never refused; it was exit 2 before issue 29 item 4)
+FLOORS = {"top1": 80, "top3": 84}  # of 110 known causes (stop 28: four sets, 76/80; 63/66 before tuning)
+FALSE_ALL_CLEAR_MAX = 5  # measured (issue 21 target: 0; 9 before the stated-problem cues, the
+# SGLang capture-failure body and bf16-config-on-pre-ampere): the five left hold no line that
+# states a failure (version lines, collect_env, an args dump, NCCL INFO of one rank, an autotune
+# excerpt); the failure is only in the thread's title
 BENIGN_EXIT1_MAX = 5  # measured (issue 21 target: 0)
 BENIGN_WRONG_MAX = 5  # benign logs not answered 0 with a healthy/progressing verdict
 PROGRESSING_WRONG_MAX = 3  # measured: 3 progressing logs (retired held-out sets) not called progressing
