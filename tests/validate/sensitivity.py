@@ -3,8 +3,9 @@
 ``python tests/validate/sensitivity.py [--dcp 2,4,8] [--table] 1024 2048 [8192]`` starts the test
 servers (a DCP-1 reference and one DCP-N server per case, each with that ``max_model_len`` and
 top-k), runs ``sm120kit validate --dcp N --interleave 64`` with nothing else, and prints one JSON
-line per case: verdict, exit code, worst max|Δ| and mean|Δ| over the checks, needles lost, and the
-margin over the fail line (:func:`margin`); ``--table`` prints the markdown table of
+line per case: verdict, exit code, worst max|Δ| and mean|Δ| over the checks, needles lost, the
+margin over the fail line (:func:`margin`) and, for a pass, how far under its pass lines it stays
+(:func:`headroom`); ``--table`` prints the markdown table of
 docs/validate.md at the end. The tests call :func:`measure`.
 """
 
