@@ -69,12 +69,32 @@ def tail_start(layout: DcpLayout, length: int, needle_tokens: int,
     return c * i + i - needle_tokens - 2
 
 
+def rows_read(layout: DcpLayout, rank: int, context: int, interleave: int) -> int:
+    """How many local rows ``rank`` reads for a dense top-k (every token of ``context``) when it
+    converts the token ids with ``interleave``: the tokens it owns under that interleave."""
+    n, i = layout.dcp, interleave
+    full, rest = divmod(context, n * i)
+    return full * i + min(max(rest - rank * i, 0), i)
+
+
+def tail_hidden(layout: DcpLayout, token: int, context: int, wrong_interleave: int = 1) -> bool:
+    """Whether ``token``'s KV row lies beyond the rows its rank reads at ``context`` tokens when
+    the ids are converted with ``wrong_interleave``: what the tail probe needs for the code's
+    tokens (a dense top-k with a wrong interleave misses only a rank's newest rows)."""
+    n, i = layout.dcp, layout.interleave
+    local = (token // (n * i)) * i + token % i
+    return local >= rows_read(layout, layout.rank_of(token), context, wrong_interleave)
+
+
 def build_probe(tok: Tokens, layout: DcpLayout, length: int, rank: int, seed: int,
                 answer_tokens: int, tail: bool = False, key_seed: int = 0) -> Probe | str:
     """The probe prompt, or a one-line reason why this length cannot hold a needle on ``rank``.
-    ``tail``: the needle at the end of rank 0's last chunk, the question right after it."""
+    ``tail``: the needle at the end of rank 0's last chunk and right after it the short recall
+    question (the needle's lead-in): a long question would push the needle out of rank 0's
+    newest rows at DCP 2 (``tail_hidden``)."""
     needle = make_needle(seed, key_seed)
-    sentence, question = tok.piece(needle.sentence), tok.piece(needle.question)
+    sentence = tok.piece(needle.sentence)
+    question = tok.piece(needle.recall if tail else needle.question)
     n_needle, n_question = len(sentence), len(question)
     start = (tail_start(layout, length, n_needle, n_question + answer_tokens) if tail else
              target_start(layout, length - answer_tokens, rank, n_needle, n_question + 8))

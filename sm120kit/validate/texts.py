@@ -64,6 +64,13 @@ class Needle:
         return (f"\n\nQuestion: What is the secret code of the {self.key}?\n"
                 f"Answer: The secret code of the {self.key} is")
 
+    @property
+    def recall(self) -> str:
+        """The tail probe's short question: the needle's own lead-in, to be completed with the
+        code (a copy any model makes). Short, so the needle stays among the prompt's newest
+        rows of its rank (see probes.tail_hidden)."""
+        return f"\nThe secret code of the {self.key} is"
+
     def found_in(self, text: str) -> bool:
         return self.code in text.replace(" ", "")
 

@@ -3,8 +3,9 @@
 ``python tests/validate/sensitivity.py [--dcp 2,4,8] [--table] 1024 2048 [8192]`` starts the test
 servers (a DCP-1 reference and one DCP-N server per case, each with that ``max_model_len`` and
 top-k), runs ``sm120kit validate --dcp N --interleave 64`` with nothing else, and prints one JSON
-line per case: verdict, exit code, worst max|Δ| and mean|Δ| over the checks, needles lost, and the
-margin over the fail line (:func:`margin`); ``--table`` prints the markdown table of
+line per case: verdict, exit code, worst max|Δ| and mean|Δ| over the checks, needles lost, the
+margin over the fail line (:func:`margin`) and, for a pass, how far under its pass lines it stays
+(:func:`headroom`); ``--table`` prints the markdown table of
 docs/validate.md at the end. The tests call :func:`measure`.
 """
 
@@ -50,7 +51,25 @@ def summarize(res: dict[str, Any], rc: int) -> dict[str, Any]:
             "max_abs": max(maxes, default=None), "mean_abs": max(means, default=None),
             "needles_lost": sum(c.get("needle_found") is False for c in checks),
             "failed_checks": sum(c.get("verdict") == "fail" for c in checks),
-            "checks": len(checks), "margin": margin(res), "summary": res.get("summary")}
+            "checks": len(checks), "margin": margin(res), "headroom": headroom(res),
+            "summary": res.get("summary")}
+
+
+def headroom(res: dict[str, Any]) -> float | None:
+    """How far under its pass lines a passing run stays: the smallest of pass_mean / mean|Δ|
+    (over enough positions) and pass_max / max|Δ| over the checks; None unless it passed."""
+    th = res.get("thresholds") or {}
+    pm, px = th.get("pass_mean"), th.get("pass_max")
+    if res.get("verdict") != "pass" or not pm or not px:
+        return None
+    ratios = []
+    for c in res.get("checks", []):
+        if c.get("max_abs_diff"):
+            ratios.append(px / c["max_abs_diff"])
+        if c.get("mean_abs_diff") and (c.get("compared_positions") or 0) >= th.get(
+                "mean_min_positions", 8):
+            ratios.append(pm / c["mean_abs_diff"])
+    return min(ratios, default=None)
 
 
 def margin(res: dict[str, Any]) -> float | None:
@@ -122,14 +141,16 @@ def table(rows: list[dict[str, Any]]) -> str:
         return str(x)
 
     out = ["| DCP | max_model_len | top-k | server | exit | verdict | worst max\\|Δ\\| | "
-           "worst mean\\|Δ\\| | needles lost | checks failed | margin over the fail line |",
-           "|---|---|---|---|---|---|---|---|---|---|---|"]
+           "worst mean\\|Δ\\| | needles lost | checks failed | margin over the fail line | "
+           "under the pass line |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         m = r["margin"]
         out.append(f"| {r['dcp']} | {r['max_model_len']} | {r['topk']} | {r['case']} | {r['rc']} | "
                    f"{r['verdict']} | {f(r['max_abs'])} | {f(r['mean_abs'])} | "
                    f"{r['needles_lost']} | {r['failed_checks']}/{r['checks']} | "
-                   f"{f(m) + ('x' if m is not None and m != float('inf') else '')} |")
+                   f"{f(m) + ('x' if m is not None and m != float('inf') else '')} | "
+                   f"{'' if r.get('headroom') is None else f(r['headroom']) + 'x'} |")
     return "\n".join(out)
 
 

@@ -56,3 +56,38 @@ def test_tail_start_is_in_rank_0s_newest_rows() -> None:
     assert tail_start(lay, 300, 15, 30) is None  # no full round before the chunk
     assert tail_start(DcpLayout(1, 64, 64, "options"), 1024, 15, 30) is None
     assert tail_start(DcpLayout(4, 16, 64, "options"), 1024, 15, 30) is None  # needle > chunk
+
+
+def test_tail_probe_code_is_hidden_from_rank_0_under_interleave_1() -> None:
+    """Issue 31: at DCP 2 the long question pushed the needle out of rank 0's newest rows (a
+    dense top-k read with interleave 1 still saw it: the wrong interleave passed). The tail probe
+    asks with the short recall question, so the code's rows lie beyond what rank 0 reads under
+    interleave 1 for every DCP size and interleave that has a tail chunk, with a character
+    tokenizer (the test server's) and a coarser one."""
+    from sm120kit.validate.probes import build_probe, rows_read, tail_hidden
+    from sm120kit.validate.texts import Tokens
+    from tests.validate.test_parts import CharTokenizer
+
+    placed = 0
+    for cpt in (1, 4):
+        for n in (2, 4, 8):
+            for inter in (64, 128):
+                for length in (1004, 2036, 8180):
+                    tok = Tokens(CharTokenizer(cpt))
+                    lay = DcpLayout(dcp=n, interleave=inter, block_size=128, source="options")
+                    p = build_probe(tok, lay, length, 0, seed=n, answer_tokens=12, tail=True)
+                    if isinstance(p, str):
+                        continue
+                    placed += 1
+                    code = len(tok.piece(p.needle.code + "."))
+                    rows = range(p.placement.end - code, p.placement.end - 1)
+                    # every answer step that writes the code (prompt + 0..3 generated tokens)
+                    assert all(tail_hidden(lay, t, p.tokens + k) for k in range(4) for t in rows), (
+                        cpt, n, inter, length)
+                    # and the right layout reads them (the probe tests the error, not the setup)
+                    assert not any(tail_hidden(lay, t, p.tokens, inter) for t in rows)
+    assert placed >= 30
+    # rows_read: interleave 64, DCP 2, 200 tokens: rank 0 owns 0-63 and 128-191, rank 1 64-127+8
+    lay = DcpLayout(dcp=2, interleave=64, block_size=64, source="options")
+    assert rows_read(lay, 0, 200, 64) == 128 and rows_read(lay, 1, 200, 64) == 72
+    assert rows_read(lay, 0, 200, 1) == rows_read(lay, 1, 200, 1) == 100

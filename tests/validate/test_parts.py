@@ -165,8 +165,8 @@ def test_a_plan_tokenizes_each_piece_once() -> None:
                   for n in (2028, 8000) for r in range(5)]
         assert all(not isinstance(p, str) for p in probes) and len(prompts) == 6
         # the BOS prefix 2, filler 1, records 1 + its tail 1, code 1 + its tail 1, the question
-        # 1, 5 needle sentences (one code each): 13 for 16 prompts
-        assert fetch.calls == tok.calls == 13 < len(prompts) + len(probes), (cpt, fetch.calls)
+        # 1, the tail probe's recall question 1, 5 needle sentences (one code each): 14 for 16
+        assert fetch.calls == tok.calls == 14 < len(prompts) + len(probes), (cpt, fetch.calls)
 
 
 def test_auto_lengths() -> None:

@@ -20,3 +20,14 @@ def test_errors_fail_and_correct_passes(mml: int, dense: bool) -> None:
     assert verdicts == EXPECT, {c: got[c]["summary"] for c in CASES}
     for case in ("correct_bf16", "correct_fp32"):
         assert got[case]["max_abs"] < 0.05 and got[case]["needles_lost"] == 0
+
+
+def test_dcp2_dense_wrong_interleave_fails() -> None:
+    """Issue 31: at DCP 2, max_model_len 1024, a dense top-k, a server reading its KV with
+    interleave 1 (written with 64) passed (exit 0): only rank 0's newest rows differ, and the
+    tail probe's long question had pushed the needle out of them. Now the tail probe loses its
+    needle and validate exits 3; the correct server beside it still passes."""
+    got = measure(1024, 1024, ["correct_bf16", "interleave_1"], _cli, dcp=2)
+    assert got["interleave_1"]["rc"] == 3, got["interleave_1"]["summary"]
+    assert got["interleave_1"]["needles_lost"] >= 1
+    assert got["correct_bf16"]["rc"] == 0, got["correct_bf16"]["summary"]
