@@ -14,7 +14,12 @@ Timed pairs alternate their order; medians are compared. Nothing is cached acros
 sm120kit itself. Exit 0 always: a benchmark reports, it does not judge.
 
     python scripts/bench_cli.py [--runs 9] [--apply-rounds 5] [--anchor-runs 3]
-                                [--release 0.34.0] [--skip apply,doctor]
+                                [--release 0.34.0] [--skip apply,doctor] [--python PY]
+
+``--python PY``: time the sm120kit *installed* in PY's environment (a regular wheel install, as
+users have it: no source checkout on the path, no editable-install finder) instead of this
+checkout; PY's ``-c pass`` is then the --help anchor. A wheel carries no ``patches/``: the
+series is read from this checkout (``SM120KIT_PATCHES``) unless the package has ``_patches``.
 """
 
 from __future__ import annotations
@@ -127,6 +132,19 @@ def bench_doctor(runs: int, anchor_runs: int) -> str:
     return f"collect_env / doctor       = {t / d:5.2f}x  (target >= 15x faster)"
 
 
+def _use_installed(python: str) -> None:
+    """Run PY's installed sm120kit: no checkout on PYTHONPATH, the series from this checkout."""
+    global PY, CLI
+    PY = python
+    CLI = [PY, "-m", "sm120kit"]
+    ENV.pop("PYTHONPATH", None)
+    where = subprocess.run([PY, "-c", "import sm120kit, os; print(os.path.dirname(sm120kit.__file__))"],
+                           env=ENV, capture_output=True, text=True, check=True, cwd="/").stdout.strip()
+    if not os.path.isdir(os.path.join(where, "_patches")):
+        ENV.setdefault("SM120KIT_PATCHES", str(ROOT / "patches"))
+    print(f"installed sm120kit: {where}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=9)
@@ -134,11 +152,17 @@ def main() -> int:
     ap.add_argument("--anchor-runs", type=int, default=3)
     ap.add_argument("--release", default="0.34.0")
     ap.add_argument("--skip", default="", help="comma-separated: help, apply, doctor")
+    ap.add_argument("--python", default=None, metavar="PY",
+                    help="time the sm120kit installed in this interpreter's environment")
     a = ap.parse_args()
     skip = set(filter(None, a.skip.split(",")))
-    subprocess.run([PY, "-m", "compileall", "-q", str(ROOT / "sm120kit")], env=ENV, check=True)
+    if a.python:
+        _use_installed(a.python)
+    else:
+        subprocess.run([PY, "-m", "compileall", "-q", str(ROOT / "sm120kit")], env=ENV, check=True)
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load "
-          f"{os.getloadavg()[0]:.2f}")
+          f"{os.getloadavg()[0]:.2f}, sm120kit from "
+          f"{'the environment of ' + a.python if a.python else 'this checkout'}")
     lines = []
     if "help" not in skip:
         lines.append(bench_help(a.runs))

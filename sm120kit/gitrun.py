@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from sm120kit.errors import UserError
@@ -190,40 +191,114 @@ def resolve_many(repo: Path, revs: Iterable[str]) -> dict[str, str | None]:
     return out
 
 
-def read_blobs(repo: Path, specs: Iterable[str]) -> dict[str, bytes | None]:
-    """Contents of ``<rev>:<path>`` objects in one ``git cat-file --batch`` call (None: missing)."""
+#: objects read ahead for the operation running now (:func:`read_ahead`): per open scope,
+#: ``{(repo, "<commit id>:<path>"): (type, content) or None}``
+_AHEAD: list[dict[tuple[str, str], tuple[str, bytes] | None]] = []
+
+
+@contextmanager
+def read_ahead() -> Iterator[None]:
+    """A scope in which :func:`prefetch` keeps what it read, so that the reads of one operation
+    (paths, markers, trees) share one ``git cat-file --batch``; dropped when the scope ends."""
+    _AHEAD.append({})
+    try:
+        yield
+    finally:
+        _AHEAD.pop()
+
+
+def _fixed(spec: str) -> bool:
+    """``<full commit id>:<path>``: an object that cannot change (a ref or ``HEAD`` can)."""
+    rev, sep, _ = spec.partition(":")
+    return bool(sep) and len(rev) in (40, 64) and all(c in "0123456789abcdef" for c in rev)
+
+
+def prefetch(repo: Path, specs: Iterable[str]) -> None:
+    """Read the ``<full commit id>:<path>`` objects among ``specs`` in one ``git cat-file
+    --batch`` and keep them for the :func:`read_ahead` scope open now (none open: no-op)."""
+    if not _AHEAD:
+        return
+    cache = _AHEAD[-1]
+    wanted = [s for s in dict.fromkeys(specs) if _fixed(s) and (str(repo), s) not in cache]
+    cache.update({(str(repo), s): o for s, o in _cat_batch(repo, wanted).items()})
+
+
+def read_objects(repo: Path, specs: Iterable[str]) -> dict[str, tuple[str, bytes] | None]:
+    """``{spec: (type, content)}`` of ``<rev>:<path>`` objects (None: missing), from the
+    :func:`read_ahead` scope where prefetched, the rest in one ``git cat-file --batch``."""
     wanted = list(dict.fromkeys(specs))
+    cache = _AHEAD[-1] if _AHEAD else {}
+    out = {s: cache[(str(repo), s)] for s in wanted if (str(repo), s) in cache}
+    out.update(_cat_batch(repo, [s for s in wanted if s not in out]))
+    return {s: out[s] for s in wanted}
+
+
+def _cat_batch(repo: Path, wanted: list[str]) -> dict[str, tuple[str, bytes] | None]:
     if not wanted:
         return {}
     proc = run_git_bytes(["cat-file", "--batch"], repo,
                          input=("\n".join(wanted) + "\n").encode("utf-8"), timeout=120)
-    out: dict[str, bytes | None] = {}
+    out: dict[str, tuple[str, bytes] | None] = {}
     data = proc.stdout
     pos = 0
     for spec in wanted:
         nl = data.index(b"\n", pos)
-        header = data[pos:nl].decode("utf-8", "replace")
+        parts = data[pos:nl].decode("utf-8", "replace").split()
         pos = nl + 1
-        if header.endswith(" missing") or header.endswith(" ambiguous"):
+        if len(parts) != 3 or parts[-1] in ("missing", "ambiguous"):
             out[spec] = None
             continue
-        parts = header.split()
         size = int(parts[2])
-        out[spec] = data[pos : pos + size] if parts[1] == "blob" else None
+        out[spec] = (parts[1], data[pos : pos + size])
         pos += size + 1
     return out
 
 
+def read_blobs(repo: Path, specs: Iterable[str]) -> dict[str, bytes | None]:
+    """Contents of ``<rev>:<path>`` objects in one ``git cat-file --batch`` call (None: missing
+    or not a file)."""
+    return {s: o[1] if o is not None and o[0] == "blob" else None
+            for s, o in read_objects(repo, specs).items()}
+
+
+def tree_entries(raw: bytes, oid_len: int) -> dict[str, tuple[str, bytes]]:
+    """A raw tree object's ``{name: (mode, binary object id)}`` (``oid_len``: 20 or 32)."""
+    out: dict[str, tuple[str, bytes]] = {}
+    pos = 0
+    while pos < len(raw):
+        nul = raw.index(b"\0", pos)
+        mode, _, name = raw[pos:nul].decode("utf-8", "surrogateescape").partition(" ")
+        out[name] = (mode, raw[nul + 1: nul + 1 + oid_len])
+        pos = nul + 1 + oid_len
+    return out
+
+
 def tree_modes(repo: Path, rev: str, paths: Iterable[str]) -> dict[str, str]:
-    """``{path: mode}`` for the given paths (files or directories) that exist at ``rev``."""
+    """``{path: mode}`` for the given paths (files or directories) that exist at ``rev``, as
+    ``git ls-tree`` prints them (``040000`` for a directory), read from their parent trees."""
     wanted = sorted(set(paths))
     if not wanted:
         return {}
-    proc = run_git(["ls-tree", "-z", "--full-tree", rev, "--", *wanted], repo)
+    trees = read_objects(repo, [f"{rev}:{_parent(p)}" for p in wanted])
+    oid_len = _oid_len(repo, rev)
     modes: dict[str, str] = {}
-    for rec in proc.stdout.split("\0"):
-        if not rec:
+    for p in wanted:
+        tree = trees[f"{rev}:{_parent(p)}"]
+        if tree is None or tree[0] != "tree" or not p or p.endswith("/"):
             continue
-        meta, _, path = rec.partition("\t")
-        modes[path] = meta.split()[0]
+        entry = tree_entries(tree[1], oid_len).get(p.rsplit("/", 1)[-1])
+        if entry is not None:
+            modes[p] = entry[0].rjust(6, "0")
     return modes
+
+
+def _parent(path: str) -> str:
+    return path.rsplit("/", 1)[0] if "/" in path else ""
+
+
+def _oid_len(repo: Path, rev: str) -> int:
+    """Bytes of an object id in ``repo``: 32 in a SHA-256 repository, else 20."""
+    if _fixed(f"{rev}:"):
+        return len(rev) // 2
+    fmt = run_git(["rev-parse", "--show-object-format"], repo, check=False).stdout.strip()
+    return 32 if fmt == "sha256" else 20

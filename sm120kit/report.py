@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import sys
 from enum import Enum
 from pathlib import Path
@@ -82,13 +83,12 @@ def console(stderr: bool = False) -> Any:
     :func:`cell`."""
     import os
 
-    from rich.console import Console
-
     stream = sys.stderr if stderr else sys.stdout
     if _is_terminal(stream) or os.environ.get("FORCE_COLOR") or os.environ.get("TTY_COMPATIBLE"):
+        from rich.console import Console
+
         return Console(stderr=stderr, highlight=False, soft_wrap=True)
-    return _plain_console_class()(stderr=stderr, highlight=False, soft_wrap=True,
-                                  width=columns(), color_system=None)
+    return PlainOutput(stderr=stderr, width=columns())
 
 
 def _is_terminal(stream: Any) -> bool:
@@ -118,7 +118,7 @@ def _plain_console_class() -> type:
         def print(self, *objects: Any, **kw: Any) -> None:
             lines: list[str] = []
             for obj in objects:
-                if isinstance(obj, Table):
+                if isinstance(obj, Table | LiteTable):
                     lines += table_lines(obj, self.width)
                 elif isinstance(obj, str | Text):
                     text = plain_text(obj)
@@ -139,12 +139,151 @@ def _plain_console_class() -> type:
     return PlainConsole
 
 
+class PlainOutput:
+    """The console for output that is not a terminal, without importing rich (~40 ms) for what
+    it prints itself: plain strings and :class:`LiteTable` rows, whose markup is at most one
+    ``[style]text[/style]`` span (:func:`_lite_plain`). Anything else (a rich renderable, other
+    markup, a control character, an emoji code) goes, the whole call, to the rich-based plain
+    console (:func:`_plain_console_class`), which prints it the same way; so does any other
+    attribute."""
+
+    def __init__(self, stderr: bool, width: int):
+        self.stderr = stderr
+        self._width = width
+        self._file: Any = None
+        self._rich: Any = None
+
+    @property
+    def width(self) -> int:
+        return self._width
+
+    @width.setter
+    def width(self, value: int) -> None:
+        self._width = value
+        if self._rich is not None:
+            self._rich.width = value
+
+    @property
+    def file(self) -> Any:
+        return self._file or (sys.stderr if self.stderr else sys.stdout)
+
+    @file.setter
+    def file(self, value: Any) -> None:
+        self._file = value
+        if self._rich is not None:
+            self._rich.file = value
+
+    def _rich_console(self) -> Any:
+        if self._rich is None:
+            self._rich = _plain_console_class()(stderr=self.stderr, highlight=False, soft_wrap=True,
+                                                width=self._width, color_system=None,
+                                                file=self._file)
+        return self._rich
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._rich_console(), name)
+
+    def print(self, *objects: Any, **kw: Any) -> None:
+        lines = self._lines(objects)
+        if lines is None:
+            self._rich_console().print(*objects, **kw)
+            return
+        self.file.write("".join(ln + "\n" for ln in lines))
+
+    def _lines(self, objects: tuple[Any, ...]) -> list[str] | None:
+        """The lines the rich-based plain console would print, or None: leave it to that one."""
+        if not objects:
+            return None
+        lines: list[str] = []
+        for obj in objects:
+            if isinstance(obj, LiteTable):
+                texts = [c for col in obj.columns for c in (col.header, *col._cells)]
+                if obj.title is not None:
+                    texts.append(obj.title)
+                if any(not isinstance(t, str) or _lite_plain(t) is None for t in texts):
+                    return None
+                lines += table_lines(obj, self.width)
+            elif isinstance(obj, str):
+                text = _lite_plain(obj)
+                if text is None:
+                    return None
+                lines += [w for ln in text.split("\n")
+                          for w in wrap_line(ln, self.width, _lead(ln) + "  ")]
+            else:
+                return None
+        return lines if all(ln.isprintable() for ln in lines) else None
+
+
+_LITE_SPAN = re.compile(r"\[([a-z][a-z ]*)\]([^\[\]]*)\[/\1\]")
+_EMOJI_LIKE = re.compile(r":\S*?:")
+
+
+def _lite_plain(text: str) -> str | None:
+    """``text`` without its markup when that is plain text or one ``[style]span[/style]`` (what
+    :func:`styled` makes) and holds nothing rich would change (an emoji code, a control
+    character); else None (rich decides)."""
+    if "[" in text:
+        m = _LITE_SPAN.fullmatch(text)
+        if m is None:
+            return None
+        text = m.group(2)
+    if "]" in text or _EMOJI_LIKE.search(text) or not text.replace("\n", "").isprintable():
+        return None
+    return text
+
+
+@dataclasses.dataclass
+class _LiteColumn:
+    header: str
+    options: dict[str, Any]
+    _cells: list[Any] = dataclasses.field(default_factory=list)
+
+
+class LiteTable:
+    """The part of a rich ``Table`` the commands use (title, columns, rows), built without
+    importing rich: printed as plain records where output is not a terminal
+    (:func:`table_lines`), drawn as a rich Table on one (``__rich__``)."""
+
+    def __init__(self, title: str | None = None, title_justify: str = "left"):
+        self.title = title
+        self.title_justify = title_justify
+        self.show_header = True
+        self.columns: list[_LiteColumn] = []
+
+    def add_column(self, header: str = "", **options: Any) -> None:
+        self.columns.append(_LiteColumn(header, options))
+
+    def add_row(self, *cells: Any) -> None:
+        while len(self.columns) < len(cells):
+            self.columns.append(_LiteColumn("", {}, [""] * self.row_count))
+        for i, col in enumerate(self.columns):
+            col._cells.append(cells[i] if i < len(cells) and cells[i] is not None else "")
+
+    @property
+    def row_count(self) -> int:
+        return len(self.columns[0]._cells) if self.columns else 0
+
+    def __rich__(self) -> Any:
+        from rich.table import Table
+
+        t = Table(title=self.title, title_justify=self.title_justify)  # type: ignore[arg-type]
+        for col in self.columns:
+            t.add_column(col.header, **col.options)
+        for r in range(self.row_count):
+            t.add_row(*(col._cells[r] for col in self.columns))
+        return t
+
+
 def _lead(line: str) -> str:
     return line[:len(line) - len(line.lstrip())]
 
 
 def plain_text(obj: Any) -> str:
     """A renderable cell or line as plain text: markup and styles dropped."""
+    if isinstance(obj, str):
+        lite = _lite_plain(obj)
+        if lite is not None:
+            return lite
     from rich.text import Text
 
     if isinstance(obj, Text):

@@ -19,6 +19,7 @@ A marker of ``kind`` other than ``text`` is evaluated on ``ast.parse`` of the fi
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from functools import lru_cache
 from typing import Any
@@ -152,11 +153,67 @@ def _assign_non_const(tree: ast.Module, scope: str, name: str) -> bool:
     return False
 
 
-def holds(kind: str, spec: dict[str, Any], text: str) -> bool:
-    """Whether the AST marker ``kind``/``spec`` holds in the Python source ``text``."""
+def _def_blocks(text: str, name: str) -> list[ast.Module] | None:
+    """Every ``def name`` of ``text`` parsed on its own (its lines, dedented), or None when one
+    cannot be cut out for certain (a ``def`` and its name not at the start of one line, tabs, a
+    body line indented less than the ``def``, a block that does not parse): then only the whole
+    file decides. A block ends at the first line (not blank, not a comment, not a closing
+    bracket) indented no deeper than its ``def``; it starts at the ``def``: its decorators are
+    not in it, so only what a decorator cannot hold (a statement) is judged on it. A function of the whole file's tree is the tree of its own block."""
+    loose = len(re.findall(rf"\bdef[\s\\]+{re.escape(name)}\b", text))
+    if not loose:
+        return []
+    if "\t" in text or "\r" in text or "\f" in text:
+        return None
+    lines = text.split("\n")
+    head = re.compile(rf"( *)(?:async +)?def +{re.escape(name)}\b")
+    starts = [(i, len(m.group(1))) for i, ln in enumerate(lines) if (m := head.match(ln))]
+    if len(starts) != loose:
+        return None
+    blocks: list[ast.Module] = []
+    for i, indent in starts:
+        end = i + 1
+        while end < len(lines) and (not lines[end].strip()
+                                    or lines[end].lstrip().startswith(("#", ")", "]", "}"))
+                                    or len(lines[end]) - len(lines[end].lstrip(" ")) > indent):
+            end += 1  # a line that closes a bracket (a signature's ``) -> T:``) continues it
+        body = lines[i:end]
+        while body and (not body[-1].strip() or body[-1].lstrip().startswith("#")):
+            body.pop()
+        if any(ln.strip() and not ln.startswith(" " * indent) for ln in body):
+            return None
+        try:
+            blocks.append(ast.parse("\n".join(ln[indent:] for ln in body)))
+        except (SyntaxError, ValueError):
+            return None
+    return blocks
+
+
+def _ruled_out(kind: str, spec: dict[str, Any], text: str) -> bool:
+    """The marker cannot hold, shown without parsing the whole file: a name it needs is not in
+    the source, or no ``def`` it names satisfies it on its own (:func:`_def_blocks`)."""
     # every kind names an identifier that must occur in the source: skip the parse without it
     key = spec.get("func") if kind == "call_kwarg" else spec.get("name")
     if key and key not in text:
+        return True
+    if kind == "call_kwarg":  # the keyword is written out: inline, dict(k=...), {"k": ...}, d["k"]
+        return spec["name"] not in text
+    if kind == "function":  # ``calls`` is left to the whole file: a decorator is a call too
+        blocks = _def_blocks(text, spec["name"])
+        return blocks is not None and not any(
+            _function(b, spec["name"], None, None, bool(spec.get("no_global"))) for b in blocks)
+    if kind == "assign":
+        blocks = _def_blocks(text, spec["scope"])
+        return blocks is not None and not any(
+            _assign_non_const(b, spec["scope"], spec["name"]) for b in blocks)
+    return False
+
+
+def holds(kind: str, spec: dict[str, Any], text: str) -> bool:
+    """Whether the AST marker ``kind``/``spec`` holds in the Python source ``text``. A marker
+    ruled out without the whole file's tree (:func:`_ruled_out`) is not parsed at all; one that
+    may hold is judged on the whole file (a syntax error anywhere: it does not hold)."""
+    if _ruled_out(kind, spec, text):
         return False
     if kind == "call_kwarg":
         tree = parse(text)

@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from sm120kit.errors import ExitCode, UserError
-from sm120kit.gitrun import resolve_many, rev_parse, run_git, tree_modes
+from sm120kit.gitrun import prefetch, read_ahead, resolve_many, rev_parse, run_git, tree_modes
 from sm120kit.models.series import Series, Target, Variant
 from sm120kit.patchset import gitengine as ge
 from sm120kit.patchset.fastapply import apply_fast
-from sm120kit.patchset.forkdcp import ForkDcp, detect, render_fork_dcp
+from sm120kit.patchset.forkdcp import ForkDcp, detect, detect_paths, render_fork_dcp
 from sm120kit.patchset.markers import (
     MarkerState,
     all_in,
@@ -297,6 +297,7 @@ def _plan(
             f"base ref {base_ref} is not in {repo}",
             hint=fetch_hint(repo, base_ref) if not base else "check the name given to --base",
         )
+    prefetch(repo, _read_first(variant, parsed, base_commit, ids[f"refs/heads/{into}"]))
     check_safe_paths(repo, base_commit, parsed)
     ge.check_branch_name(repo, into)
     return _Plan(target, variant, parsed, base_ref, base_commit, ids["HEAD^{commit}"],
@@ -332,10 +333,26 @@ def _check_result_markers(plan: _Plan, commit: str, only: list[int] | None = Non
         )
 
 
+def _read_first(variant: Variant, parsed: list[ParsedPatch], base_commit: str,
+                existing: str | None) -> list[str]:
+    """The objects the checks read (each a ``<commit>:<path>``), read ahead in one ``git
+    cat-file --batch``: the base's trees on the way to every touched path (path safety, the
+    temporary index), the marker files at the base and the result branch, the files fork
+    detection reads first."""
+    paths = {p for pp in parsed for p in (*pp.raw_paths, *pp.paths()) if p}
+    dirs = {""} | {pre.rsplit("/", 1)[0] if "/" in pre else "" for p in paths for pre in prefixes(p)}
+    markers = marker_files(variant)
+    return ([f"{base_commit}:{d}" for d in sorted(dirs)]
+            + [f"{rev}:{f}" for rev in (base_commit, existing) if rev for f in markers]
+            + [f"{base_commit}:{f}" for f in detect_paths(variant)])
+
+
 def apply_to_checkout(series: Series, alias: str, repo: Path, **kw: Any) -> CheckoutResult:
     """Apply ``alias``'s variant to the git checkout ``repo`` (see :func:`_apply_to_checkout`);
-    the result names the FlashInfer the target needs when its pin is too old (0.25.x)."""
-    res = _apply_to_checkout(series, alias, repo, **kw)
+    the result names the FlashInfer the target needs when its pin is too old (0.25.x). The
+    checks' reads of the base share one ``git cat-file --batch`` (:func:`_read_first`)."""
+    with read_ahead():
+        res = _apply_to_checkout(series, alias, repo, **kw)
     target = series.targets.get(alias)
     if isinstance(res, ApplyResult) and target is not None:
         res.requirement = requirement(target, series)

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from sm120kit.gitrun import COMMITTER, run_git
+from sm120kit.gitrun import COMMITTER, run_git, tree_entries
 from sm120kit.patchset.indexfile import read_index, read_trees, write_index
 from sm120kit.patchset.patchfile import ParsedPatch
 
@@ -169,18 +169,6 @@ def _commit_body(tree: str, parent: str, mail: _Mail) -> bytes:
 _TREE = "40000"
 
 
-def _entries(raw: bytes, oid_len: int) -> dict[str, tuple[str, bytes]] | None:
-    """A tree object's ``{name: (mode, binary oid)}``."""
-    out: dict[str, tuple[str, bytes]] = {}
-    pos = 0
-    while pos < len(raw):
-        nul = raw.index(b"\0", pos)
-        mode, _, name = raw[pos:nul].decode("utf-8", "surrogateescape").partition(" ")
-        out[name] = (mode, raw[nul + 1: nul + 1 + oid_len])
-        pos = nul + 1 + oid_len
-    return out
-
-
 def _tree_object(entries: dict[str, tuple[str, bytes]]) -> bytes:
     """A tree object's bytes (git's order: a directory sorts as ``name/``)."""
     def key(name: str) -> bytes:
@@ -213,7 +201,7 @@ def _read_base(repo: Path, base_commit: str, paths: set[str]) -> _Base | None:
     for d in dirs:
         raw = blobs.get(f"{base_commit}:{d}")
         if raw is not None:
-            found[d] = _entries(raw, oid_len) or {}
+            found[d] = tree_entries(raw, oid_len)
     files: dict[str, tuple[str, bytes]] = {}
     for p in paths:
         entry = found.get(posixpath.dirname(p), {}).get(posixpath.basename(p))

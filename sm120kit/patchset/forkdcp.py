@@ -65,13 +65,19 @@ def _read(repo: Path, commit: str | None, paths: list[str]) -> dict[str, bytes |
     return out
 
 
+def detect_paths(variant: Variant) -> list[str]:
+    """The files :func:`detect` reads first (none: the variant has no SM120 backend file)."""
+    sm = _file(variant, SM120_SUFFIX)
+    return [p for p in (sm, _file(variant, SPARSE_SUFFIX), WARMUP, BACKEND) if p] if sm else []
+
+
 def detect(repo: Path, commit: str | None, variant: Variant) -> ForkDcp | None:
     """The fork's DCP support at ``commit`` (None: the working tree); None when the tree does
     not run DCP in the SM120 backend."""
-    sm = _file(variant, SM120_SUFFIX)
-    if sm is None:
+    paths = detect_paths(variant)
+    if not paths:
         return None
-    paths = [p for p in (sm, _file(variant, SPARSE_SUFFIX), WARMUP, BACKEND) if p]
+    sm = paths[0]
     blobs = _read(repo, commit, paths)
     first = blobs.get(sm) or b""
     if b"return_lse" not in first or b"rank" not in first:

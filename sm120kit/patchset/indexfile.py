@@ -13,7 +13,7 @@ import struct
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from sm120kit.gitrun import run_git_bytes
+from sm120kit.gitrun import read_objects
 
 _STAT = struct.Struct(">10I")
 
@@ -62,20 +62,6 @@ def read_index(path: Path, oid_len: int) -> dict[str, tuple[str, bytes]] | None:
 
 def read_trees(repo: Path, specs: Sequence[str]) -> dict[str, bytes | None]:
     """Raw tree objects named by ``<rev>:<dir>`` in one ``git cat-file --batch`` (None: absent
-    or not a tree)."""
-    wanted = list(dict.fromkeys(specs))
-    proc = run_git_bytes(["cat-file", "--batch"], repo,
-                         input=("\n".join(wanted) + "\n").encode("utf-8"), timeout=120)
-    out: dict[str, bytes | None] = {}
-    data, pos = proc.stdout, 0
-    for spec in wanted:
-        nl = data.index(b"\n", pos)
-        parts = data[pos:nl].split()
-        pos = nl + 1
-        if len(parts) != 3:
-            out[spec] = None
-            continue
-        size = int(parts[2])
-        out[spec] = data[pos: pos + size] if parts[1] == b"tree" else None
-        pos += size + 1
-    return out
+    or not a tree; prefetched ones from memory, :func:`sm120kit.gitrun.read_ahead`)."""
+    return {s: o[1] if o is not None and o[0] == "tree" else None
+            for s, o in read_objects(repo, specs).items()}

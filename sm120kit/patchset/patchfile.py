@@ -8,7 +8,6 @@ the hunk that failed.
 
 from __future__ import annotations
 
-import email.header
 import posixpath
 import re
 from dataclasses import dataclass, field
@@ -112,10 +111,13 @@ def _subject(text: str) -> str:
             while j < len(lines) and lines[j][:1] in (" ", "\t"):  # folded header
                 subj += " " + lines[j].strip()
                 j += 1
-            try:
-                subj = str(email.header.make_header(email.header.decode_header(subj)))
-            except Exception:  # noqa: BLE001 - keep the raw subject
-                pass
+            if "=?" in subj:  # an RFC 2047 encoded word (email.header: ~5 ms of imports)
+                import email.header
+
+                try:
+                    subj = str(email.header.make_header(email.header.decode_header(subj)))
+                except Exception:  # noqa: BLE001 - keep the raw subject
+                    pass
             return _PATCH_PREFIX_RE.sub("", subj).strip()
     return ""
 
