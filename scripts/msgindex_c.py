@@ -90,20 +90,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-try:  # the shared record lives in scripts/msgindex_common.py (owned by the index generator)
-    from msgindex_common import RawTemplate
-except ImportError:  # pragma: no cover - only before the two branches meet
-    @dataclass(frozen=True)
-    class RawTemplate:  # type: ignore[no-redef]
-        project: str
-        version: str
-        file: str
-        line: int
-        function: str
-        kind: str
-        exc: str | None
-        level: str | None
-        parts: tuple[tuple[str, str], ...]
+from msgindex_common import RawTemplate  # the shared record (scripts/msgindex_common.py)
 
 Part = tuple[str, str]
 DEFAULT_GLOBS = ("**/*.c", "**/*.cc", "**/*.cpp", "**/*.cu", "**/*.cuh", "**/*.h", "**/*.hpp")
