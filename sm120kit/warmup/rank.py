@@ -93,7 +93,8 @@ class Reporter:
                 pass  # parent gone: the parent-death watcher ends us
 
     def log(self, text: str) -> None:
-        print(f"{log_prefix(self.rank, self.pid)} {text}", file=sys.stderr, flush=True)
+        sys.stderr.write(f"{log_prefix(self.rank, self.pid)} {text}\n")  # one write: ranks share
+        sys.stderr.flush()
         self.send("log", text=text)
 
 
@@ -363,7 +364,8 @@ def rank_main(
         res = run.run(init_method)
     except Exception as exc:
         tb = traceback.format_exc()
-        print(f"{log_prefix(rank)} failed in phase {run.phase}:\n{tb}", file=sys.stderr, flush=True)
+        sys.stderr.write(f"{log_prefix(rank)} failed in phase {run.phase}:\n{tb}\n")
+        sys.stderr.flush()
         (result_dir / f"error_{rank}.txt").write_text(tb)
         rep.send("error", phase=run.phase, error=f"{type(exc).__name__}: {exc}")
         return 1

@@ -601,8 +601,11 @@ def run_under_torchrun(cfg: RunConfig, *, on_log: LogCallback | None = None) -> 
 
     def on_stall(quiet: float) -> None:
         where = f"waiting in {rep.collective}" if rep.collective else "outside any collective"
-        print(f"{log_prefix(rank)} stall: no progress for {quiet:.1f}s (limit "
-              f"{cfg.stall_timeout:g}s) in phase {run.phase}, {where}", file=sys.stderr, flush=True)
+        # one write (print() writes the text and its newline apart): two ranks share stderr
+        # under torchrun, and their lines must not run into each other
+        sys.stderr.write(f"{log_prefix(rank)} stall: no progress for {quiet:.1f}s (limit "
+                         f"{cfg.stall_timeout:g}s) in phase {run.phase}, {where}\n")
+        sys.stderr.flush()
         os._exit(2)
 
     rep.watchdog.guard([rep.channel], cfg.stall_timeout, on_stall, poll_s=POLL_S,
