@@ -27,7 +27,13 @@ def test_frame_map_loads_and_places_innermost_frames() -> None:
         "/x/vllm/distributed/device_communicators/pynccl.py": ("startup", "p2p-transport"),
         "/x/vllm/distributed/device_communicators/shm_broadcast.py": ("startup", "shared-memory"),
         "/x/flashinfer/jit/core.py": ("autotune", "library-version"),
-        "/x/torch/distributed/distributed_c10d.py": ("startup", "collective-desync"),
+        "/x/torch/distributed/distributed_c10d.py": ("startup", "p2p-transport"),
+        "/x/torch/distributed/elastic/rendezvous/c10d_rendezvous_backend.py":
+            ("startup", "config-invalid"),
+        "/x/vllm/config/parallel.py": ("startup", "config-invalid"),
+        "/x/sglang/srt/server_args.py": ("startup", "config-invalid"),
+        "/x/vllm/transformers_utils/config.py": ("startup", "checkpoint-config"),
+        "/x/triton/backends/nvidia/compiler.py": ("autotune", "library-version"),
         "/x/vllm/v1/core/kv_cache_utils.py": ("startup", "kv-cache-insufficient"),
         "/x/sglang/srt/model_executor/cuda_graph_runner.py": ("capture", "cudagraph-capture"),
     }
@@ -37,6 +43,35 @@ def test_frame_map_loads_and_places_innermost_frames() -> None:
     hit = place([_fr("/x/vllm/v1/worker/gpu_worker.py", "determine_available_memory")])
     assert hit is not None and hit[0].category == "kv-cache-insufficient"
     assert place([outer, _fr("/home/me/train.py", "main")]) is None
+    # functions decide where the file alone does not: a model's forward is not its construction
+    model = "/x/vllm/model_executor/models/llama.py"
+    assert place([outer, _fr(model, "__init__")])[0].category == "checkpoint-config"  # type: ignore[index]
+    assert place([outer, _fr(model, "forward")]) is None
+    hit = place([outer, _fr("/x/transformers/models/auto/configuration_auto.py", "__getitem__")])
+    assert hit is not None and hit[0].category == "library-version"  # an unknown model_type
+    hit = place([outer, _fr("/x/vllm/v1/worker/gpu_worker.py", "load_model")])
+    assert hit is not None and hit[0].phase == "weight-load"
+
+
+def test_import_time_failure_only_from_the_innermost_frame() -> None:
+    """A module body that fails inside an installed package is an import failure; a `<module>`
+    frame further out (the launcher script that started everything) is not."""
+    pkg = "/env/lib/python3.10/site-packages"
+    hit = place([_fr(f"{pkg}/app/cli.py", "main"), _fr(f"{pkg}/flash_attn/__init__.py", "<module>")])
+    assert hit is not None and hit[0].category == "library-version"
+    assert place([_fr(f"{pkg}/swift/cli/deploy.py", "<module>"),
+                  _fr(f"{pkg}/swift/llm/deploy.py", "llm_deploy")]) is None
+
+
+def test_headless_traceback_keeps_its_frames() -> None:
+    """An excerpt that starts inside a traceback (its header cut off) still has frames."""
+    an = LogAnalysis()
+    an.feed_lines("l", [
+        '(Worker pid=7)   File "/x/vllm/v1/worker/gpu_worker.py", line 10, in load_model',
+        "(Worker pid=7)     self.model_runner.load_model()",
+        "(Worker pid=7) RuntimeError: boom"])
+    tb = an.tracebacks.first()
+    assert tb is not None and [f.function for f in tb.frames] == ["load_model"]
 
 
 def test_traceback_frames_are_facts_per_process() -> None:

@@ -21,6 +21,7 @@ class FrameRule:
     phase: str
     category: str
     function: str | None = None
+    depth: int | None = None  # only this many innermost frames (None: place()'s depth)
 
     def matches(self, f: Frame) -> bool:
         path = f.file.replace("\\", "/")
@@ -33,7 +34,8 @@ def frame_rules(path: Path = MAP) -> tuple[FrameRule, ...]:
     data = tomllib.loads(path.read_text(encoding="utf-8"))
     out = []
     for i, d in enumerate(data.get("frame") or []):
-        r = FrameRule(tuple(d["globs"]), d["what"], d["phase"], d["category"], d.get("function"))
+        r = FrameRule(tuple(d["globs"]), d["what"], d["phase"], d["category"], d.get("function"),
+                      d.get("depth"))
         if r.category not in CATEGORIES or r.phase not in FIELD_PHASES:
             raise ValueError(f"{path}: frame {i + 1}: unknown category/phase {r.category}/{r.phase}")
         out.append(r)
@@ -44,7 +46,7 @@ def place(frames: list[Frame], depth: int = 6) -> tuple[FrameRule, Frame] | None
     """The first map rule (file order) that one of the ``depth`` innermost frames matches."""
     inner = frames[::-1][:depth]
     for r in frame_rules():
-        for f in inner:
+        for f in inner[:r.depth or depth]:
             if r.matches(f):
                 return r, f
     return None

@@ -163,6 +163,8 @@ class Finding:
         bonus = ROLE_BONUS[self.role]
         if bonus > 0 and self.tier not in ("dead-rank", "disagreement"):
             bonus /= 2
+        if self.category in ("rank-crashed", "unknown"):
+            bonus -= 0.3
         return self.confidence + bonus
 
     def to_dict(self) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Frames are evidence: where the input's first traceback ends (its innermost frames, mapped by
+"""Frames are evidence: where the input's first placed traceback ends (its innermost frames, mapped by
 ``catalogue/frames/frames.toml``) names the phase and the kind of failure: weight loading,
 CUDA-graph capture, a device communicator, KV-cache profiling, JIT/autotune, torch.distributed.
 A weak claim (the place, not the message): it ranks below any entry that knows the message."""
@@ -12,13 +12,12 @@ CONFIDENCE = 0.4
 
 
 def check(ctx: RuleContext) -> list[Finding]:
-    tb = ctx.facts.first_traceback
-    if tb is None:
+    # the first traceback whose frames the map places: a chained report prints the root first,
+    # but an excerpt may hold only its tail (frames of a kernel call, no module of a known role)
+    found = next(((tb, h) for tb in ctx.facts.tracebacks[:4] if (h := place(tb.frames))), None)
+    if found is None:
         return []
-    hit = place(tb.frames)
-    if hit is None:
-        return []
-    rule, f = hit
+    tb, (rule, f) = found
     inner = tb.frames[-1]
     where = f"{f.file.rsplit('/', 2)[-2:][-1]}:{f.line} in {f.function}"
     also = "" if f is inner else f" (innermost: {inner.function} at {inner.file}:{inner.line})"

@@ -96,6 +96,7 @@ class LogFacts:
     elastic: tuple[ElasticFailure, ...]  # torchrun's failure summary entries (elastic.py)
     elastic_root: ElasticFailure | None  # its "Root Cause (first observed failure)" entry
     first_traceback: Traceback | None  # the input's first traceback with frames (frames.py)
+    tracebacks: tuple[Traceback, ...]  # every kept traceback with frames, in input order
 
     def hits(self, sid: str) -> list[Evidence]:
         h = self.signals.get(sid)
@@ -127,4 +128,5 @@ def log_facts(an: LogAnalysis) -> LogFacts:
         described=an.described, ticket=an.is_ticket(), last_text=an.last_text, kv=an.kv,
         fast_lines=an.sites.fast_lines, engine=an.engines.engine,
         elastic=tuple(an.elastic.failures), elastic_root=an.elastic.root,
-        first_traceback=an.tracebacks.first())
+        first_traceback=an.tracebacks.first(),
+        tracebacks=tuple(t for t in an.tracebacks.order if t.frames))

@@ -52,8 +52,13 @@ class Tracebacks:
             return
         m = _FRAME.search(msg)
         open_tbs = self.by_proc.get(proc)
-        if m is None or not open_tbs or proc in self._full:
+        if m is None or proc in self._full:
             return
+        if not open_tbs:
+            # an excerpt that starts inside a traceback (its header cut off): the frames still
+            # say where the process was
+            open_tbs = self.by_proc.setdefault(proc, [Traceback(proc)])
+            self.order.append(open_tbs[0])
         fr = open_tbs[-1].frames
         fr.append(Frame(m["file"], int(m["line"]), m["func"], ev))
         if len(fr) > MAX_FRAMES:
