@@ -36,7 +36,9 @@ from typing import Any, Literal
 
 from sm120kit.errors import ExitCode, UserError
 from sm120kit.gitrun import AM_CONFIG, read_blobs, rev_parse, run_git, run_git_bytes, tree_modes
+from sm120kit.models.portguide import Step
 from sm120kit.models.series import Series, Target, Variant, load_series
+from sm120kit.patchset.conflictguide import explain, guide_lines
 from sm120kit.patchset.defmerge import MergeOutcome, fork_only_missing, merge_file
 from sm120kit.patchset.release import find_cached_wheel, release_tree
 from sm120kit.paths import cache_dir
@@ -335,6 +337,13 @@ class PortResult:
     files: dict[str, bytes | None] = field(default_factory=dict, repr=False)
     #: ``patch: file`` pairs the line merge could not do and the definition-level merge did
     by_definition: list[str] = field(default_factory=list)
+    #: on a conflict: per contract, done in the fork or what to change where
+    guide: list[Step] = field(default_factory=list)
+    #: on a conflict: the other patches ``apply --branch only_alias --only`` takes as they are
+    clean_patches: list[int] = field(default_factory=list)
+    only_alias: str = ""
+    #: on a conflict: the release alias nearest to the fork when the port started elsewhere
+    nearest: str | None = None
 
     @property
     def exit_code(self) -> int:
@@ -361,6 +370,9 @@ class PortResult:
             "conflicts": [c.to_dict() for c in self.conflicts],
             "problems": self.problems,
             "merged_by_definition": self.by_definition,
+            "guide": [s.to_dict() for s in self.guide],
+            "clean_patches": self.clean_patches,
+            "nearest": self.nearest,
             "report": str(self.report) if self.report else None,
             "note": self.note or None,
         }
@@ -394,6 +406,8 @@ class PortResult:
         if self.status == "ported":
             console.print(f"[green]ported[/green]: branch {self.into}")
         elif self.status == "conflict":
+            for line in guide_lines(self):
+                console.print(line, markup=False, soft_wrap=True)
             console.print(f"[bold red]conflict[/bold red]: nothing changed; report: {self.report}")
         else:
             console.print(self.status)
@@ -413,6 +427,9 @@ def _write_report(result: PortResult, report_dir: Path | None) -> Path:
     ]
     for p in result.problems:
         lines.append(f"- problem: {p}")
+    guide = guide_lines(result)
+    if guide:
+        lines += ["## What to do", "", *(f"- {g}" for g in guide), ""]
     for c in result.conflicts:
         lines += [
             f"## {c.file}: conflict {c.number} (patch {c.patch})",
@@ -553,6 +570,10 @@ def port_series(
     result.files = {p: cur.get(p) for p in files}
     if result.conflicts or result.problems:
         result.status = "conflict"
+        if result.conflicts:
+            explain(result, variant, _nearer(series, target, from_alias, src, ours_at),
+                    alias if target is not None and target.variant == variant.name
+                    else src.alias or alias)
         result.report = _write_report(result, report_dir)
         return result
     if dry_run:
@@ -560,6 +581,18 @@ def port_series(
         return result
     _commit_result(result, repo, variant, steps, per_patch, create_branch, old if replace else None)
     return result
+
+
+def _nearer(series: Series, target: Target | None, from_alias: str | None, src: Candidate,
+            ours_at: Callable[[list[str]], dict[str, bytes | None]]) -> str | None:
+    """When the source was imposed (``--from``, ``port_from``): the verified release alias
+    whose files are nearer to the fork's, if it belongs to another variant."""
+    if not (from_alias or (target is not None and target.port_from)):
+        return None
+    best = rank_candidates(series, ours_at, candidate_pool(series, None, None))
+    if best and best[0].variant != src.variant and best[0].score > src.score:
+        return best[0].alias
+    return None
 
 
 def _port_target(series: Series, alias: str, from_alias: str | None) -> Target | None:
