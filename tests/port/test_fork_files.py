@@ -32,6 +32,7 @@ def test_pr60_like_fork_already_supports_dcp(tmp_path: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     repo = scenario_repo(tmp_path, "pr60-like")
     before = snapshot_repo_state(repo)
+    objects = git(repo, "count-objects", "-v")
     rc, doc, err = cli(capsys, "apply", "--branch", "vllm-0.25.1", "--repo", str(repo),
                        "--base", "main", "--json")
     assert rc == 0 and doc["status"] == "already-supports-dcp", (err, doc)
@@ -49,9 +50,13 @@ def test_pr60_like_fork_already_supports_dcp(tmp_path: Path,
     # the parts that apply cleanly can be applied alone
     clean = fd["clean_patches"]
     assert clean, fd
+    assert snapshot_repo_state(repo) == before  # detection wrote nothing, not even an object
+    assert git(repo, "count-objects", "-v") == objects
+    # the fork lacks the release's blobs (git am -3 cannot take them): those patches alone are
+    # 3-way ported from the release, the others left out
     rc, doc, err = cli(capsys, "apply", "--branch", "vllm-0.25.1", "--repo", str(repo),
                        "--base", "main", "--only", ",".join(map(str, clean)), "--json")
-    assert rc == 0 and doc["status"] == "applied", (err, doc)
+    assert rc == 0 and doc["status"] == "ported" and doc["only"] == clean, (err, doc)
     log = git(repo, "log", "--format=%s", "main..sm120kit/dcp-vllm-0.25.1").splitlines()
     assert len(log) == len(clean)
     # verify judges the fork by its own DCP: what it still lacks fails by name, the rest skips
