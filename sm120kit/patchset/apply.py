@@ -149,10 +149,11 @@ CheckoutResult = ApplyResult | PortResult
 def _port(
     series: Series, repo: Path, alias: str, base: str | None, into: str,
     from_alias: str | None, dry_run: bool, replace: bool = False,
+    only: list[int] | None = None,
 ) -> PortResult:
     """Hand over to the 3-way porting engine (:func:`sm120kit.patchset.port.port_series`)."""
     return port_series(repo, alias, base, into, from_alias, series=series, dry_run=dry_run,
-                       replace=replace)
+                       replace=replace, only=only)
 
 
 @dataclass
@@ -408,9 +409,9 @@ def _apply_to_checkout(
     wa = (ge.WorktreeApply(True, plan.base_commit, fast, [pp.name for pp in todo]) if fast
           else ge.apply_patches_in_worktree(repo, plan.base_commit, todo))
     if wa.failure is not None or wa.commit is None:
-        # --only: the chosen patches as they are, never a port of the whole series
-        return _not_applied(series, plan, wa, base, from_alias, False if only else port,
-                            dry_run, allow_port=not only)
+        # --only: a port of the chosen patches alone, never of the whole series
+        return _not_applied(series, plan, wa, base, from_alias, port, dry_run, only=only,
+                            replace=reapply)
     _check_result_markers(plan, wa.commit, only)
     applied_names = {pp.name for pp in todo}
     patches = [
@@ -473,15 +474,17 @@ def _fork_has_dcp(plan: _Plan, base_states: list[MarkerState], fd: ForkDcp) -> A
 
 def _not_applied(series: Series, plan: _Plan, wa: ge.WorktreeApply, base: str | None,
                  from_alias: str | None, port: bool | None, dry_run: bool,
-                 allow_port: bool = True) -> CheckoutResult:
-    """``git am`` failed: port when allowed, else the failure (nothing was changed)."""
-    if plan.port_allowed and allow_port:
-        return _port(series, plan.repo, plan.alias, base, plan.into, from_alias, dry_run)
+                 only: list[int] | None = None, replace: bool = False) -> CheckoutResult:
+    """``git am`` failed: port when allowed (``only``: just those patches), else the failure
+    (nothing was changed)."""
+    if plan.port_allowed:
+        return _port(series, plan.repo, plan.alias, base, plan.into, from_alias, dry_run,
+                     replace and plan.existing is not None, only)
     assert wa.failure is not None
     if port is not False and wa.failure.reason == "missing-preimage" and plan.target.release:
         # the alias names the release the preimages come from: port from it, no --from needed
         ported = _port(series, plan.repo, plan.alias, plan.base_commit, plan.into, plan.alias,
-                       dry_run)
+                       dry_run, replace and plan.existing is not None, only)
         ported.note = (f"git am -3 lacks the preimage blobs of vllm {plan.target.release}: "
                        f"ported from that release (as with --from {plan.alias})")
         return ported
@@ -534,7 +537,7 @@ def apply_fork(
         if port is False or not (from_alias or target.port_from):
             raise
         res = _port(series, root, alias, base_sha, into, from_alias or target.port_from,
-                    dry_run, replace=reapply)
+                    dry_run, replace=reapply, only=only)
         if res.status == "ported" and (ours or checkout):
             proc = run_git(["checkout", "-q", into], root, check=False)
             res.note = (f"checked out {into} in {root}" if proc.returncode == 0

@@ -140,8 +140,15 @@ def _clean_patches(repo: Path, commit: str | None, variant: Variant,
 
 def _applies_3way(repo: Path, commit: str, patch: Path, index: Path) -> bool:
     """``git apply --3way`` (what ``git am -3`` falls back to) takes the patch on the commit,
-    on a private index: no ref, index or file of the repository changes."""
-    env = {"GIT_INDEX_FILE": str(index)}
+    on a private index and a private object directory (the repository's objects readable as an
+    alternate): no ref, index, file or object of the repository changes. Blobs one check writes
+    (a patch's postimage) serve the next patch's check, as in ``git am -3`` of the series."""
+    objects = index.parent / "objects"
+    objects.mkdir(exist_ok=True)
+    mine = run_git(["rev-parse", "--path-format=absolute", "--git-path", "objects"], repo,
+                   check=False).stdout.strip()
+    env = {"GIT_INDEX_FILE": str(index), "GIT_OBJECT_DIRECTORY": str(objects),
+           "GIT_ALTERNATE_OBJECT_DIRECTORIES": mine}
     index.unlink(missing_ok=True)
     if run_git(["read-tree", commit], repo, check=False, env=env).returncode:
         return False

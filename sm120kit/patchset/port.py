@@ -36,7 +36,9 @@ from typing import Any, Literal
 
 from sm120kit.errors import ExitCode, UserError
 from sm120kit.gitrun import AM_CONFIG, read_blobs, rev_parse, run_git, run_git_bytes, tree_modes
-from sm120kit.models.series import Series, Target, Variant, load_series
+from sm120kit.models.portguide import Step
+from sm120kit.models.series import Patch, Series, Target, Variant, load_series
+from sm120kit.patchset.conflictguide import explain, guide_lines
 from sm120kit.patchset.defmerge import MergeOutcome, fork_only_missing, merge_file
 from sm120kit.patchset.release import find_cached_wheel, release_tree
 from sm120kit.paths import cache_dir
@@ -335,6 +337,15 @@ class PortResult:
     files: dict[str, bytes | None] = field(default_factory=dict, repr=False)
     #: ``patch: file`` pairs the line merge could not do and the definition-level merge did
     by_definition: list[str] = field(default_factory=list)
+    #: on a conflict: per contract, done in the fork or what to change where
+    guide: list[Step] = field(default_factory=list)
+    #: on a conflict: the other patches ``apply --branch only_alias --only`` takes as they are
+    clean_patches: list[int] = field(default_factory=list)
+    only_alias: str = ""
+    #: on a conflict: the release alias nearest to the fork when the port started elsewhere
+    nearest: str | None = None
+    #: the patches ported (1-based; empty: the whole series)
+    only: list[int] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
@@ -361,6 +372,10 @@ class PortResult:
             "conflicts": [c.to_dict() for c in self.conflicts],
             "problems": self.problems,
             "merged_by_definition": self.by_definition,
+            "guide": [s.to_dict() for s in self.guide],
+            "clean_patches": self.clean_patches,
+            "nearest": self.nearest,
+            "only": self.only or None,
             "report": str(self.report) if self.report else None,
             "note": self.note or None,
         }
@@ -394,6 +409,8 @@ class PortResult:
         if self.status == "ported":
             console.print(f"[green]ported[/green]: branch {self.into}")
         elif self.status == "conflict":
+            for line in guide_lines(self):
+                console.print(line, markup=False, soft_wrap=True)
             console.print(f"[bold red]conflict[/bold red]: nothing changed; report: {self.report}")
         else:
             console.print(self.status)
@@ -413,6 +430,9 @@ def _write_report(result: PortResult, report_dir: Path | None) -> Path:
     ]
     for p in result.problems:
         lines.append(f"- problem: {p}")
+    guide = guide_lines(result)
+    if guide:
+        lines += ["## What to do", "", *(f"- {g}" for g in guide), ""]
     for c in result.conflicts:
         lines += [
             f"## {c.file}: conflict {c.number} (patch {c.patch})",
@@ -509,11 +529,14 @@ def port_series(
     create_branch: bool = True,
     merge: Callable[..., MergeOutcome] = merge_file,
     replace: bool = False,
+    only: list[int] | None = None,
 ) -> PortResult:
     """3-way port the series onto ``base`` in ``repo`` (see the module docstring).
 
     ``merge`` merges one file (``merge_file``'s signature): the line merge, then the
     definition-level merge where that conflicts; the drift benchmark passes the alternatives.
+    ``only``: port just these patches (1-based), each merged as ``git am -3`` would take it
+    alone (base: the release after the patches before it; the others are left out).
     """
     repo = Path(repo)
     series = series or load_series()
@@ -535,11 +558,12 @@ def port_series(
     files = variant.touched_files()
     fork = ours_at(files)
 
-    result = PortResult("ported", alias, repo, base_sha, into, src, cands)
-    if _markers_hold(variant, fork, "applied", ours_at):
+    result = PortResult("ported", alias, repo, base_sha, into, src, cands, only=only or [])
+    chosen = [p for i, p in enumerate(variant.patches, 1) if not only or i in only]
+    if _markers_hold(chosen, fork, "applied", ours_at):
         result.status = "already-applied"
         return result
-    if _markers_hold(variant, fork, "upstream", ours_at):
+    if _markers_hold(chosen, fork, "upstream", ours_at):
         result.status = "not-needed"
         return result
 
@@ -547,12 +571,16 @@ def port_series(
     steps = series_steps(release_files, variant)
     labels = (f"target {base_sha[:12]}", f"vllm {src.release}", f"vllm {src.release} + {variant.name}")
     cur, per_patch = _merge_steps(result, variant, steps, release_files, fork, ours_at, labels,
-                                  merge)
+                                  merge, only)
     if not result.conflicts:
-        result.problems += _result_problems(variant, files, release_files, fork, cur)
+        result.problems += _result_problems(chosen, files, release_files, fork, cur)
     result.files = {p: cur.get(p) for p in files}
     if result.conflicts or result.problems:
         result.status = "conflict"
+        if result.conflicts:
+            explain(result, variant, _nearer(series, target, from_alias, src, ours_at),
+                    alias if target is not None and target.variant == variant.name
+                    else src.alias or alias)
         result.report = _write_report(result, report_dir)
         return result
     if dry_run:
@@ -560,6 +588,18 @@ def port_series(
         return result
     _commit_result(result, repo, variant, steps, per_patch, create_branch, old if replace else None)
     return result
+
+
+def _nearer(series: Series, target: Target | None, from_alias: str | None, src: Candidate,
+            ours_at: Callable[[list[str]], dict[str, bytes | None]]) -> str | None:
+    """When the source was imposed (``--from``, ``port_from``): the verified release alias
+    whose files are nearer to the fork's, if it belongs to another variant."""
+    if not (from_alias or (target is not None and target.port_from)):
+        return None
+    best = rank_candidates(series, ours_at, candidate_pool(series, None, None))
+    if best and best[0].variant != src.variant and best[0].score > src.score:
+        return best[0].alias
+    return None
 
 
 def _port_target(series: Series, alias: str, from_alias: str | None) -> Target | None:
@@ -572,12 +612,12 @@ def _port_target(series: Series, alias: str, from_alias: str | None) -> Target |
     return target
 
 
-def _markers_hold(variant: Variant, content: dict[str, bytes | None], kind: str,
+def _markers_hold(patches: list[Patch], content: dict[str, bytes | None], kind: str,
                   ours_at: Callable[[list[str]], dict[str, bytes | None]]) -> bool:
-    """Every patch of ``variant`` has ``kind`` ("applied" or "upstream") markers and all of them
+    """Every one of ``patches`` has ``kind`` ("applied" or "upstream") markers and all of them
     hold in ``content`` (a file outside ``content`` is read with ``ours_at``)."""
     ok = True
-    for p in variant.patches:
+    for p in patches:
         ms = p.applied_markers if kind == "applied" else p.upstream_markers
         if not ms:
             return False
@@ -593,7 +633,10 @@ def _markers_hold(variant: Variant, content: dict[str, bytes | None], kind: str,
 def _commit_result(result: PortResult, repo: Path, variant: Variant, steps: list[PatchStep],
                    per_patch: list[dict[str, bytes | None]], create_branch: bool,
                    old: str | None = None) -> None:
-    """One commit per patch of the series on top of the base; the branch when asked for."""
+    """One commit per patch of the series (of ``result.only``) on top of the base; the branch
+    when asked for."""
+    keep = [i for i in range(len(steps)) if not result.only or i + 1 in result.only]
+    steps, per_patch = [steps[i] for i in keep], [per_patch[i] for i in keep]
     commits = _commit_steps(repo, result.base, steps, per_patch)
     result.commits = [{"patch": s.file, "subject": s.subject, "commit": c}
                       for s, c in zip(steps, commits, strict=True)]
@@ -602,12 +645,13 @@ def _commit_result(result: PortResult, repo: Path, variant: Variant, steps: list
                  f"refs/heads/{result.into}", commits[-1], old or ""], repo)
 
 
-def _result_problems(variant: Variant, files: list[str], release: dict[str, bytes | None],
-                     fork: dict[str, bytes | None], cur: dict[str, bytes | None]) -> list[str]:
-    """Checked on the merged files: they compile, carry every applied marker of the series and
+def _result_problems(patches: list[Patch], files: list[str],
+                     release: dict[str, bytes | None], fork: dict[str, bytes | None],
+                     cur: dict[str, bytes | None]) -> list[str]:
+    """Checked on the merged files: they compile, carry every applied marker of ``patches`` and
     keep every definition the fork added."""
     out = _compile_problems({p: cur.get(p) for p in files})
-    for p in variant.patches:
+    for p in patches:
         for m in p.applied_markers:
             data = cur.get(m.file)
             if data is None or m.text not in data.decode("utf-8", "replace"):
@@ -627,6 +671,7 @@ def _merge_steps(
     ours_at: Callable[[list[str]], dict[str, bytes | None]],
     labels: tuple[str, str, str],
     merge: Callable[..., MergeOutcome],
+    only: list[int] | None = None,
 ) -> tuple[dict[str, bytes | None], list[dict[str, bytes | None]]]:
     """Merge every patch into the fork's files, file by file: (files at the end, per-patch
     changes); conflicts and problems go into ``result``."""
@@ -635,6 +680,10 @@ def _merge_steps(
     per_patch: list[dict[str, bytes | None]] = []
     for n, step in enumerate(steps):
         changed: dict[str, bytes | None] = {}
+        if only and n + 1 not in only:  # left out: the next patch merges from after it
+            per_patch.append(changed)
+            prev = dict(step.after)
+            continue
         for path, after in step.after.items():
             before = prev.get(path)
             if before == after:
@@ -650,8 +699,9 @@ def _merge_steps(
                     "(missing)" if before is None else "(present)",
                     "(deleted)" if after is None else "(created)"))
                 continue
-            markers = [m.text for p in variant.patches[: n + 1] for m in p.applied_markers
-                       if m.file == path]
+            markers = [m.text for i, p in enumerate(variant.patches[: n + 1], 1)
+                       for m in p.applied_markers
+                       if m.file == path and (not only or i in only)]
             out = merge(mine, before, after, path=path, labels=labels, markers=markers)
             if out.merged is None:
                 _record_conflicts(result, variant, step, path, out, before)

@@ -32,6 +32,7 @@ def test_pr60_like_fork_already_supports_dcp(tmp_path: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     repo = scenario_repo(tmp_path, "pr60-like")
     before = snapshot_repo_state(repo)
+    objects = git(repo, "count-objects", "-v")
     rc, doc, err = cli(capsys, "apply", "--branch", "vllm-0.25.1", "--repo", str(repo),
                        "--base", "main", "--json")
     assert rc == 0 and doc["status"] == "already-supports-dcp", (err, doc)
@@ -49,9 +50,13 @@ def test_pr60_like_fork_already_supports_dcp(tmp_path: Path,
     # the parts that apply cleanly can be applied alone
     clean = fd["clean_patches"]
     assert clean, fd
+    assert snapshot_repo_state(repo) == before  # detection wrote nothing, not even an object
+    assert git(repo, "count-objects", "-v") == objects
+    # the fork lacks the release's blobs (git am -3 cannot take them): those patches alone are
+    # 3-way ported from the release, the others left out
     rc, doc, err = cli(capsys, "apply", "--branch", "vllm-0.25.1", "--repo", str(repo),
                        "--base", "main", "--only", ",".join(map(str, clean)), "--json")
-    assert rc == 0 and doc["status"] == "applied", (err, doc)
+    assert rc == 0 and doc["status"] == "ported" and doc["only"] == clean, (err, doc)
     log = git(repo, "log", "--format=%s", "main..sm120kit/dcp-vllm-0.25.1").splitlines()
     assert len(log) == len(clean)
     # verify judges the fork by its own DCP: what it still lacks fails by name, the rest skips
@@ -75,6 +80,80 @@ def test_hard_coded_dcp_rank_is_not_upstream(tmp_path: Path,
     rc, doc, _ = cli(capsys, "apply", "--branch", "vllm-0.29.0", "--repo", str(repo),
                      "--base", "main", "--from", "vllm-0.29.0", "--json")
     assert doc["status"] not in ("already-applied", "not-needed", "already-supports-dcp")
+
+
+def _user_edits(repo: Path) -> None:
+    """What a user does by hand after reading the port guide of the @2c7fc55 fork file (the
+    guide's three steps, written here as that user would; the test checks the product's guide,
+    its --only command and verify around them)."""
+    path = repo / "vllm/v1/attention/backends/mla/flashinfer_mla_sparse_sm120.py"
+    text = path.read_text()
+    edits = [
+        ("            dcp_size=1,\n            dcp_rank=0,\n",
+         "            dcp_size=self.dcp_world_size,\n            dcp_rank=self.dcp_rank,\n"
+         "            cp_kv_cache_interleave_size=attn_metadata.cp_kv_cache_interleave_size,\n"),
+        ("        output = q.new_empty(\n            (q.shape[0], self.num_heads, "
+         "self.kv_lora_rank),\n",
+         "        lse = None\n        if self.need_to_return_lse_for_decode:\n"
+         "            lse = q.new_empty((q.shape[0], q.shape[1]), dtype=torch.float32)\n"
+         "        output = q.new_empty(\n            (q.shape[0], q.shape[1], self.kv_lora_rank),\n"),
+        ("            kv_scale_format=self.kv_scale_format,\n        )\n"
+         "        return out.squeeze(1)[:num_actual_toks], None\n",
+         "            kv_scale_format=self.kv_scale_format,\n            lse=lse,\n"
+         "            return_lse=lse is not None,\n        )\n"
+         "        if lse is not None:\n            out, kernel_lse = out\n"
+         "            lse.copy_(kernel_lse.reshape(lse.shape))\n"
+         "        out = out.squeeze(1)\n        empty_rows = topk_lens == 0\n"
+         "        out.masked_fill_(empty_rows.view(-1, 1, 1), 0.0)\n"
+         "        if lse is not None:\n"
+         "            lse.masked_fill_(empty_rows.view(-1, 1), float('-inf'))\n"
+         "            lse = lse[:num_actual_toks]\n"
+         "        return out[:num_actual_toks], lse\n"),
+    ]
+    for old, new in edits:
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    path.write_text(text)
+
+
+def test_pre_dcp_fork_conflict_says_what_to_do_and_then_verifies(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The pre-DCP fork file @2c7fc55 rewrote the statements patches 3-5 rewrite (top-k
+    conversion, seq_lens, output and return): the port conflicts in forward_mqa and says, from
+    the fork's code, what is done and what to change where; the rest applies with --only, and
+    after the user's edits the result verifies."""
+    repo = scenario_repo(tmp_path, "hardcoded-rank")
+    rc, doc, _ = cli(capsys, "apply", "--branch", "vllm-0.29.0", "--repo", str(repo),
+                     "--base", "main", "--from", "vllm-0.29.0", "--json")
+    assert rc == 2 and doc["status"] == "conflict"
+    assert {c["definition"] for c in doc["conflicts"]} == {
+        "FlashInferMLASparseSM120Impl.forward_mqa"}
+    steps = {s["patch"]: s for s in doc["guide"]}
+    assert steps["0003"]["state"] == "to-do" and steps["0003"]["line"] == 155
+    assert "dcp_size=1, dcp_rank=0" in steps["0003"]["what"]
+    assert steps["0004"]["state"] == "done-in-fork"
+    assert steps["0005"]["state"] == "to-do" and "[:num_actual_toks]" in steps["0005"]["what"]
+    assert doc["clean_patches"] == [1, 2, 6]
+    report = Path(doc["report"]).read_text()
+    assert "## What to do" in report and "--only 1,2,6" in report
+    # the eldritch alias (ported from v0.25) names the nearer release family
+    rc, el, _ = cli(capsys, "apply", "--branch", "eldritch-20260627", "--repo", str(repo),
+                    "--base", "main", "--json")
+    assert rc == 2 and el["nearest"] == "vllm-0.29.0"
+    rc, doc, err = cli(capsys, "apply", "--branch", "vllm-0.29.0", "--repo", str(repo),
+                       "--base", "main", "--only", "1,2,6", "--json")
+    assert rc == 0 and doc["status"] == "applied", err
+    args = ("verify", "--repo", str(repo), "--branch", "vllm-0.29.0", "--base", "main", "--json")
+    rc, v, _ = cli(capsys, *args)
+    assert rc == 2 and {m["patch"][:4] for m in v["markers"] if m["status"] == "fail"} == {
+        "0003", "0004", "0005"}
+    git(repo, "checkout", "-q", "sm120kit/dcp-vllm-0.29.0")
+    _user_edits(repo)
+    git(repo, "commit", "-q", "-am", "DCP in forward_mqa, as the port guide says",
+        identity=FORK_IDENTITY)
+    git(repo, "checkout", "-q", "main")
+    rc, v, _ = cli(capsys, *args)
+    assert rc == 0 and v["status"] == "ok" and v["fork_dcp"], v
 
 
 def test_missing_name_and_ignored_lse_base_fail_verify(tmp_path: Path,
