@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import compress, repeat
+from operator import contains, not_
 from typing import IO
 
 BLOCK = 1 << 20
@@ -69,39 +71,82 @@ def _nccl_key(line: bytes) -> bytes | None:
     return head[: c + 1]
 
 
+_G = b"generation throughput: "
+_REQ = (b"] Received request ", b"] Added request ", b"] Finished request ")
+
+
+def _marked(sub: list[bytes], buf: bytes, stage: int) -> list[bool]:
+    """Which lines of ``sub`` the ``stage``-th term of the chatter test calls chatter: request
+    lines, HTTP access lines that are not 5xx, busy metrics lines, spec-decode metrics."""
+    if stage == 0:
+        # one search per line for " request " when every one in the block belongs to a request
+        # marker (counts are exact: a marker's " request " can never be the second of two
+        # overlapping ones, so bytes.count finds each; a line with a stray one adds to the count)
+        if buf.count(b" request ") == sum(buf.count(m) for m in _REQ):
+            return list(map(contains, sub, repeat(b" request ")))
+        return [_REQ[0] in ln or _REQ[1] in ln or _REQ[2] in ln for ln in sub]
+    if stage == 1:
+        if b'" 5' not in buf:
+            return list(map(contains, sub, repeat(b"HTTP/1.")))
+        return [b"HTTP/1." in ln and b'" 5' not in ln for ln in sub]
+    if stage == 2:
+        return [_G in ln and b"generation throughput: 0.0 " not in ln and b"Running: " in ln
+                for ln in sub]
+    return list(map(contains, sub, repeat(b"] SpecDecoding metrics: ")))
+
+
+def _plain(lines: list[bytes], buf: bytes) -> list[int]:
+    """Indexes of the lines that are not serving chatter, in order. Each term of the test takes
+    its lines out of the rest at C speed (map/compress: no Python work per line), the most
+    common first, so a line of a busy server's log costs one or two substring searches."""
+    idx: list[int] = list(range(len(lines)))
+    sub = lines
+    for stage in range(4):
+        if not idx:
+            break
+        keep = list(map(not_, _marked(sub, buf, stage)))
+        idx = list(compress(idx, keep))
+        sub = list(compress(sub, keep))
+    return idx
+
+
+def _bulk_metrics(buf: bytes, base: int, n: int, plain: set[int], st: StreamStats) -> None:
+    """The busy metrics lines of a block read as chatter: their numbers (``metrics_nonzero``,
+    ``metrics_nonzero_last``) and how many are never parsed (``metrics_bulk``: a chatter line
+    right after them ends their run)."""
+    li, prev, last = 0, 0, -1
+    pos = buf.find(_G)
+    while pos >= 0:
+        li += buf.count(b"\n", prev, pos)
+        prev = pos
+        if li != last and li not in plain:
+            st.metrics_nonzero_last = base + 1 + li
+            if len(st.metrics_nonzero) < 4096:
+                st.metrics_nonzero.append(base + 1 + li)
+            if li + 1 < n and li + 1 not in plain:
+                st.metrics_bulk += 1
+        last = li
+        pos = buf.find(_G, pos + 1)
+
+
 def _scan_bulk(buf: bytes, base: int, st: StreamStats) -> tuple[list[tuple[int, bytes]], int]:
     """A block without NCCL INFO lines: every line, except runs of serving chatter (only the
     last line of each run is kept). Substring tests only: no regex per line."""
     lines = buf.split(b"\n")
     lines.pop()
-    out: list[tuple[int, bytes]] = []
-    pend: tuple[int, bytes] | None = None
-    skipped = 0
+    n = len(lines)
+    plain = _plain(lines, buf)
+    plain_set = set(plain)
+    kept = set(plain)
+    # a chatter line is kept when it ends its run: a plain line (or the block's end) follows
+    kept.update(i - 1 for i in plain if i > 0 and i - 1 not in plain_set)
+    if n and n - 1 not in plain_set:
+        kept.add(n - 1)
     st.metrics_nonzero = []
-    for i, ln in enumerate(lines, base + 1):
-        if (b"HTTP/1." in ln and b'" 5' not in ln) or b"] Received request " in ln \
-                or b"] Added request " in ln or b"] Finished request " in ln \
-                or b"] SpecDecoding metrics: " in ln or (
-                    b"generation throughput: " in ln and b"generation throughput: 0.0 " not in ln
-                    and b"Running: " in ln):
-            if b"generation throughput: " in ln:
-                st.metrics_nonzero_last = i
-                if len(st.metrics_nonzero) < 4096:
-                    st.metrics_nonzero.append(i)
-            if pend is not None:
-                skipped += 1
-                if b"generation throughput: " in pend[1]:
-                    st.metrics_bulk += 1  # counted here: this one is never parsed
-            pend = (i, ln)
-            continue
-        if pend is not None:
-            out.append(pend)
-            pend = None
-        out.append((i, ln))
-    if pend is not None:
-        out.append(pend)
-    st.bulk_skipped += skipped
-    return out, len(lines)
+    if _G in buf:
+        _bulk_metrics(buf, base, n, plain_set, st)
+    st.bulk_skipped += n - len(kept)
+    return [(base + 1 + i, lines[i]) for i in sorted(kept)], n
 
 
 def _scan_block(buf: bytes, base: int, st: StreamStats) -> tuple[list[tuple[int, bytes]], int]:
