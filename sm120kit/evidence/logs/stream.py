@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import compress, repeat
-from operator import contains, not_
+from operator import add, contains, ge, gt, not_
 from typing import IO
 
 BLOCK = 1 << 20
@@ -72,61 +72,92 @@ def _nccl_key(line: bytes) -> bytes | None:
 
 
 _G = b"generation throughput: "
+_RQ = b" request "
 _REQ = (b"] Received request ", b"] Added request ", b"] Finished request ")
 
 
-def _marked(sub: list[bytes], buf: bytes, stage: int) -> list[bool]:
-    """Which lines of ``sub`` the ``stage``-th term of the chatter test calls chatter: request
-    lines, HTTP access lines that are not 5xx, busy metrics lines, spec-decode metrics."""
-    if stage == 0:
-        # one search per line for " request " when every one in the block belongs to a request
-        # marker (counts are exact: a marker's " request " can never be the second of two
-        # overlapping ones, so bytes.count finds each; a line with a stray one adds to the count)
-        if buf.count(b" request ") == sum(buf.count(m) for m in _REQ):
-            return list(map(contains, sub, repeat(b" request ")))
-        return [_REQ[0] in ln or _REQ[1] in ln or _REQ[2] in ln for ln in sub]
-    if stage == 1:
-        if b'" 5' not in buf:
-            return list(map(contains, sub, repeat(b"HTTP/1.")))
-        return [b"HTTP/1." in ln and b'" 5' not in ln for ln in sub]
-    if stage == 2:
-        return [_G in ln and b"generation throughput: 0.0 " not in ln and b"Running: " in ln
-                for ln in sub]
-    return list(map(contains, sub, repeat(b"] SpecDecoding metrics: ")))
+def _requests(sub: list[bytes]) -> list[bool]:
+    """Request lifecycle lines. A line's first " request " is found and the text up to it tested
+    for ending in one of the markers, both at C speed (map: no Python work per line); only a
+    line whose first one ends none of them ("Aborted request", prose) is searched whole."""
+    pos = list(map(bytes.find, sub, repeat(_RQ)))
+    # no " request " (pos -1): the text up to index 8 is shorter than any marker, so False
+    hit = list(map(bytes.endswith, sub, repeat(_REQ), repeat(0), map(add, pos, repeat(len(_RQ)))))
+    for i in compress(range(len(sub)), map(gt, map(ge, pos, repeat(0)), hit)):
+        ln = sub[i]
+        hit[i] = _REQ[0] in ln or _REQ[1] in ln or _REQ[2] in ln
+    return hit
 
 
-def _plain(lines: list[bytes], buf: bytes) -> list[int]:
-    """Indexes of the lines that are not serving chatter, in order. Each term of the test takes
-    its lines out of the rest at C speed (map/compress: no Python work per line), the most
-    common first, so a line of a busy server's log costs one or two substring searches."""
+def _busy_metrics(sub: list[bytes]) -> tuple[list[bool], list[bool]]:
+    """(busy metrics lines: a non-zero generation throughput with requests running, the lines
+    holding ``generation throughput: `` at all); the full test runs on the latter only."""
+    g = list(map(contains, sub, repeat(_G)))
+    hit = [False] * len(sub)
+    for i in compress(range(len(sub)), g):
+        ln = sub[i]
+        hit[i] = b"generation throughput: 0.0 " not in ln and b"Running: " in ln
+    return hit, g
+
+
+def _plain(lines: list[bytes], buf: bytes) -> tuple[list[int], list[int], int]:
+    """(indexes of the lines that are not serving chatter, the indexes of the lines that reached
+    the metrics test holding ``generation throughput: ``, how many times they hold it).
+
+    Each term of the chatter test takes its lines out of the rest at C speed (map/compress),
+    the most common first: request lines, HTTP access lines that are not 5xx, busy metrics
+    lines, spec-decode metrics. A line of a busy server's log costs one or two searches."""
     idx: list[int] = list(range(len(lines)))
     sub = lines
+    g_idx: list[int] = []
+    g_count = 0
     for stage in range(4):
         if not idx:
             break
-        keep = list(map(not_, _marked(sub, buf, stage)))
+        if stage == 0:
+            hit = _requests(sub)
+        elif stage == 1:
+            hit = list(map(contains, sub, repeat(b"HTTP/1."))) if b'" 5' not in buf else \
+                [b"HTTP/1." in ln and b'" 5' not in ln for ln in sub]
+        elif stage == 2:
+            hit, g = _busy_metrics(sub)
+            g_idx = list(compress(idx, g))
+            g_count = sum(map(bytes.count, compress(sub, g), repeat(_G)))
+        else:
+            hit = list(map(contains, sub, repeat(b"] SpecDecoding metrics: ")))
+        keep = list(map(not_, hit))
         idx = list(compress(idx, keep))
         sub = list(compress(sub, keep))
-    return idx
+    return idx, g_idx, g_count
 
 
-def _bulk_metrics(buf: bytes, base: int, n: int, plain: set[int], st: StreamStats) -> None:
-    """The busy metrics lines of a block read as chatter: their numbers (``metrics_nonzero``,
-    ``metrics_nonzero_last``) and how many are never parsed (``metrics_bulk``: a chatter line
-    right after them ends their run)."""
-    li, prev, last = 0, 0, -1
+def _g_lines(buf: bytes) -> list[int]:
+    """Indexes of the lines holding ``generation throughput: `` (each once), by search."""
+    out: list[int] = []
+    li, prev = 0, 0
     pos = buf.find(_G)
     while pos >= 0:
         li += buf.count(b"\n", prev, pos)
         prev = pos
-        if li != last and li not in plain:
-            st.metrics_nonzero_last = base + 1 + li
-            if len(st.metrics_nonzero) < 4096:
-                st.metrics_nonzero.append(base + 1 + li)
-            if li + 1 < n and li + 1 not in plain:
-                st.metrics_bulk += 1
-        last = li
+        if not out or out[-1] != li:
+            out.append(li)
         pos = buf.find(_G, pos + 1)
+    return out
+
+
+def _bulk_metrics(g_lines: list[int], base: int, n: int, plain: set[int],
+                  st: StreamStats) -> None:
+    """The busy metrics lines of a block read as chatter (the chatter lines among ``g_lines``):
+    their numbers (``metrics_nonzero``, ``metrics_nonzero_last``) and how many are never
+    parsed (``metrics_bulk``: a chatter line right after them ends their run)."""
+    for li in g_lines:
+        if li in plain:
+            continue
+        st.metrics_nonzero_last = base + 1 + li
+        if len(st.metrics_nonzero) < 4096:
+            st.metrics_nonzero.append(base + 1 + li)
+        if li + 1 < n and li + 1 not in plain:
+            st.metrics_bulk += 1
 
 
 def _scan_bulk(buf: bytes, base: int, st: StreamStats) -> tuple[list[tuple[int, bytes]], int]:
@@ -135,7 +166,7 @@ def _scan_bulk(buf: bytes, base: int, st: StreamStats) -> tuple[list[tuple[int, 
     lines = buf.split(b"\n")
     lines.pop()
     n = len(lines)
-    plain = _plain(lines, buf)
+    plain, g_idx, g_count = _plain(lines, buf)
     plain_set = set(plain)
     kept = set(plain)
     # a chatter line is kept when it ends its run: a plain line (or the block's end) follows
@@ -143,8 +174,10 @@ def _scan_bulk(buf: bytes, base: int, st: StreamStats) -> tuple[list[tuple[int, 
     if n and n - 1 not in plain_set:
         kept.add(n - 1)
     st.metrics_nonzero = []
-    if _G in buf:
-        _bulk_metrics(buf, base, n, plain_set, st)
+    g_total = buf.count(_G)
+    if g_total:
+        # the metrics test saw every one (none on a line an earlier term took): its lines
+        _bulk_metrics(g_idx if g_total == g_count else _g_lines(buf), base, n, plain_set, st)
     st.bulk_skipped += n - len(kept)
     return [(base + 1 + i, lines[i]) for i in sorted(kept)], n
 
