@@ -10,8 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 import click
-from rich.markup import escape
-from rich.table import Table
 
 from sm120kit.cli import options
 from sm120kit.diagnose.catalogue import explain
@@ -127,6 +125,10 @@ def _rank_rows(res: DiagnoseResult, max_ranks: int) -> list[list[str]]:
 
 
 def render_human(res: DiagnoseResult, max_ranks: int = 16) -> None:
+    # rich only for the human form: --json and --markdown never import it (~30 ms)
+    from rich.markup import escape
+    from rich.table import Table
+
     con = console()
     style = "bold red" if res.findings else "green"
     con.print(f"[{style}]{escape(res.verdict)}[/{style}]")
@@ -185,6 +187,8 @@ def _cut_words(text: str, width: int) -> str:
 
 def _print_finding_body(con: Any, f: Finding) -> None:
     """A finding's evidence lines (whole, cut only between words) and its fix."""
+    from rich.markup import escape
+
     for e in f.evidence[:6]:
         con.print(f"   [dim]{escape(e.ref)}[/dim]  {escape(clip_words(e.text))}")
     if f.fix:

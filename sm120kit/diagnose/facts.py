@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sm120kit.evidence.logs.facts import LogFacts, NcclFacts, PhaseFacts, ProgressFacts, WaitFacts
+from sm120kit.evidence.stall_record import StallRecord, read_stall
 
 
 @dataclass
@@ -54,6 +55,12 @@ class BundleFacts:
     #: an interrupted / partial bundle says so (diagnose.completeness); None when whole
     incomplete: str | None = None
 
+    @property
+    def stall_record(self) -> StallRecord | None:
+        """The supervisor's record of why the bundle was written (stall.json, timeline.json),
+        typed; None when it was not written for a stall, a death or an exit."""
+        return read_stall(self.timeline, self.stall)
+
 
 __all__ = ["BundleFacts", "LogFacts", "NcclFacts", "PhaseFacts", "ProgressFacts", "StackView",
-           "WaitFacts"]
+           "StallRecord", "WaitFacts"]

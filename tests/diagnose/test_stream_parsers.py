@@ -265,3 +265,56 @@ def test_serving_chatter_runs_keep_their_last_line_and_line_numbers() -> None:
     an = LogAnalysis()
     an.feed_stream("serve.log", io.BytesIO(data))
     assert an.serving.served and an.serving.metrics_lines == 2 and an.serving.zero_streak == 1 and an.serving.zero_streak_open
+
+
+def _bulk_reference(buf: bytes, base: int) -> tuple[list[tuple[int, bytes]], StreamStats]:
+    """The bulk path's contract line by line (``_chatter`` per line; a chatter line is dropped
+    when a chatter line follows it in the block; a dropped busy metrics line counts in
+    ``metrics_bulk``): the oracle for stream._scan_bulk, which decides the same per block."""
+    st_ = StreamStats()
+    lines = buf.split(b"\n")[:-1]
+    chat = [_chatter(ln) for ln in lines] + [False]
+    out = []
+    for k, ln in enumerate(lines):
+        n = base + 1 + k
+        if chat[k] and b"generation throughput: " in ln:
+            st_.metrics_nonzero_last = n
+            st_.metrics_nonzero.append(n)
+        if chat[k] and chat[k + 1]:
+            st_.bulk_skipped += 1
+            st_.metrics_bulk += b"generation throughput: " in ln
+        else:
+            out.append((n, ln))
+    return out, st_
+
+
+_SERVING_BITS = [
+    b"(APIServer pid=1) INFO 12-02 10:00:01 [logger.py:43] Received request chatcmpl-1: x",
+    b"] Added request r1.", b"] Finished request r1.", b"] Aborted request r1.",
+    b' - "POST /v1/chat/completions HTTP/1.1" 200 OK', b' - "POST /v1/completions HTTP/1.1" 503',
+    b"Avg generation throughput: 88.1 tokens/s, Running: 4 reqs",
+    b"Avg generation throughput: 0.0 tokens/s, Running: 4 reqs", b"generation throughput: ",
+    b"Running: ", b"] SpecDecoding metrics: Mean acceptance length: 2.71", b" request ",
+    b" request request ", b"ERROR 12-02 [core.py:1] failed request ", b"\n", b"\n", b"\n", b"x",
+    b"\r",
+]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(_SERVING_BITS), max_size=60), st.integers(0, 5000))
+def test_bulk_path_equals_the_per_line_contract(bits: list[bytes], base: int) -> None:
+    """stream._scan_bulk takes chatter out with block-wide searches (map/compress, counts): on
+    any mix of chatter, near-chatter (a 5xx, 0.0 tokens/s, a stray " request ", a line with two
+    markers) and other lines, its lines, numbers and counters are the per-line contract's."""
+    from sm120kit.evidence.logs.stream import _scan_bulk
+
+    buf = b"".join(bits)
+    buf = buf[:buf.rfind(b"\n") + 1]
+    st_ = StreamStats()
+    got, n = _scan_bulk(buf, base, st_)
+    want, ref = _bulk_reference(buf, base)
+    assert n == buf.count(b"\n")
+    assert got == want
+    assert (st_.bulk_skipped, st_.metrics_bulk, st_.metrics_nonzero) == \
+        (ref.bulk_skipped, ref.metrics_bulk, ref.metrics_nonzero)
+    assert st_.metrics_nonzero_last == ref.metrics_nonzero_last

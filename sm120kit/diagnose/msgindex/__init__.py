@@ -119,6 +119,7 @@ class MessageIndex:
                                   check_same_thread=False)
         self._rx: dict[int, re.Pattern[str] | None] = {}
         self._tpl: dict[int, Template] = {}
+        self._words: dict[int, frozenset[str]] = {}  # a template's anchor words, by id
         self._meta: dict[str, Any] | None = None
 
     @property
@@ -140,6 +141,17 @@ class MessageIndex:
             for row in self.db.execute(q, part):
                 self._tpl[row[0]] = Template(*row)
         return [self._tpl[i] for i in ids if i in self._tpl]
+
+    def _eligible(self, ids: list[int], words: set[str]) -> list[int]:
+        """The ids whose anchor words are all words of the line, read from the ``words``
+        column alone: only those become Template rows (a line's common words file hundreds)."""
+        missing = list({i for i in ids if i not in self._words})
+        for chunk in range(0, len(missing), 500):
+            part = missing[chunk:chunk + 500]
+            q = f"SELECT id, words FROM templates WHERE id IN ({','.join('?' * len(part))})"
+            for i, w in self.db.execute(q, part):
+                self._words[i] = frozenset(w.split())
+        return [i for i in ids if i in self._words and self._words[i] <= words]
 
     def _regex(self, t: Template) -> re.Pattern[str] | None:
         if t.id not in self._rx:
@@ -168,9 +180,7 @@ class MessageIndex:
         line = line.rstrip("\r\n")
         words = {w.lower() for w in _WORD.findall(line)}
         out: list[Match] = []
-        for t in self._templates(self.candidates(line, words)):
-            if not words.issuperset(t.words.split()):
-                continue
+        for t in self._templates(self._eligible(self.candidates(line, words), words)):
             rx = self._regex(t)
             if rx is not None and rx.search(line):
                 out.append(Match(t, line, min(1.0, t.litlen / max(1, len(line.strip())))))

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import compress, repeat
+from operator import add, contains, ge, gt, not_
 from typing import IO
 
 BLOCK = 1 << 20
@@ -69,39 +71,119 @@ def _nccl_key(line: bytes) -> bytes | None:
     return head[: c + 1]
 
 
+_G = b"generation throughput: "
+_RQ = b" request "
+_REQ = (b"] Received request ", b"] Added request ", b"] Finished request ")
+# the text each term of the chatter test needs (a block without it has no line of that term)
+_TERMS = (_RQ, b"HTTP/1.", _G, b"] SpecDecoding metrics: ")
+
+
+def _requests(sub: list[bytes]) -> list[bool]:
+    """Request lifecycle lines. A line's first " request " is found and the text up to it tested
+    for ending in one of the markers, both at C speed (map: no Python work per line); only a
+    line whose first one ends none of them ("Aborted request", prose) is searched whole."""
+    pos = list(map(bytes.find, sub, repeat(_RQ)))
+    # no " request " (pos -1): the text up to index 8 is shorter than any marker, so False
+    hit = list(map(bytes.endswith, sub, repeat(_REQ), repeat(0), map(add, pos, repeat(len(_RQ)))))
+    for i in compress(range(len(sub)), map(gt, map(ge, pos, repeat(0)), hit)):
+        ln = sub[i]
+        hit[i] = _REQ[0] in ln or _REQ[1] in ln or _REQ[2] in ln
+    return hit
+
+
+def _busy_metrics(sub: list[bytes]) -> tuple[list[bool], list[bool]]:
+    """(busy metrics lines: a non-zero generation throughput with requests running, the lines
+    holding ``generation throughput: `` at all); the full test runs on the latter only."""
+    g = list(map(contains, sub, repeat(_G)))
+    hit = [False] * len(sub)
+    for i in compress(range(len(sub)), g):
+        ln = sub[i]
+        hit[i] = b"generation throughput: 0.0 " not in ln and b"Running: " in ln
+    return hit, g
+
+
+def _plain(lines: list[bytes], buf: bytes) -> tuple[list[int], list[int], int]:
+    """(indexes of the lines that are not serving chatter, the indexes of the lines that reached
+    the metrics test holding ``generation throughput: ``, how many times they hold it).
+
+    Each term of the chatter test takes its lines out of the rest at C speed (map/compress),
+    the most common first: request lines, HTTP access lines that are not 5xx, busy metrics
+    lines, spec-decode metrics. A line of a busy server's log costs one or two searches."""
+    idx: list[int] = list(range(len(lines)))
+    sub = lines
+    g_idx: list[int] = []
+    g_count = 0
+    for stage, marker in enumerate(_TERMS):
+        if not idx:
+            break
+        if marker not in buf:
+            continue  # one C search of the block spares a test per line
+        if stage == 0:
+            hit = _requests(sub)
+        elif stage == 1:
+            hit = list(map(contains, sub, repeat(b"HTTP/1."))) if b'" 5' not in buf else \
+                [b"HTTP/1." in ln and b'" 5' not in ln for ln in sub]
+        elif stage == 2:
+            hit, g = _busy_metrics(sub)
+            g_idx = list(compress(idx, g))
+            g_count = sum(map(bytes.count, compress(sub, g), repeat(_G)))
+        else:
+            hit = list(map(contains, sub, repeat(marker)))
+        keep = list(map(not_, hit))
+        idx = list(compress(idx, keep))
+        sub = list(compress(sub, keep))
+    return idx, g_idx, g_count
+
+
+def _g_lines(buf: bytes) -> list[int]:
+    """Indexes of the lines holding ``generation throughput: `` (each once), by search."""
+    out: list[int] = []
+    li, prev = 0, 0
+    pos = buf.find(_G)
+    while pos >= 0:
+        li += buf.count(b"\n", prev, pos)
+        prev = pos
+        if not out or out[-1] != li:
+            out.append(li)
+        pos = buf.find(_G, pos + 1)
+    return out
+
+
+def _bulk_metrics(g_lines: list[int], base: int, n: int, plain: set[int],
+                  st: StreamStats) -> None:
+    """The busy metrics lines of a block read as chatter (the chatter lines among ``g_lines``):
+    their numbers (``metrics_nonzero``, ``metrics_nonzero_last``) and how many are never
+    parsed (``metrics_bulk``: a chatter line right after them ends their run)."""
+    for li in g_lines:
+        if li in plain:
+            continue
+        st.metrics_nonzero_last = base + 1 + li
+        if len(st.metrics_nonzero) < 4096:
+            st.metrics_nonzero.append(base + 1 + li)
+        if li + 1 < n and li + 1 not in plain:
+            st.metrics_bulk += 1
+
+
 def _scan_bulk(buf: bytes, base: int, st: StreamStats) -> tuple[list[tuple[int, bytes]], int]:
     """A block without NCCL INFO lines: every line, except runs of serving chatter (only the
     last line of each run is kept). Substring tests only: no regex per line."""
     lines = buf.split(b"\n")
     lines.pop()
-    out: list[tuple[int, bytes]] = []
-    pend: tuple[int, bytes] | None = None
-    skipped = 0
+    n = len(lines)
+    plain, g_idx, g_count = _plain(lines, buf)
+    plain_set = set(plain)
+    kept = set(plain)
+    # a chatter line is kept when it ends its run: a plain line (or the block's end) follows
+    kept.update(i - 1 for i in plain if i > 0 and i - 1 not in plain_set)
+    if n and n - 1 not in plain_set:
+        kept.add(n - 1)
     st.metrics_nonzero = []
-    for i, ln in enumerate(lines, base + 1):
-        if (b"HTTP/1." in ln and b'" 5' not in ln) or b"] Received request " in ln \
-                or b"] Added request " in ln or b"] Finished request " in ln \
-                or b"] SpecDecoding metrics: " in ln or (
-                    b"generation throughput: " in ln and b"generation throughput: 0.0 " not in ln
-                    and b"Running: " in ln):
-            if b"generation throughput: " in ln:
-                st.metrics_nonzero_last = i
-                if len(st.metrics_nonzero) < 4096:
-                    st.metrics_nonzero.append(i)
-            if pend is not None:
-                skipped += 1
-                if b"generation throughput: " in pend[1]:
-                    st.metrics_bulk += 1  # counted here: this one is never parsed
-            pend = (i, ln)
-            continue
-        if pend is not None:
-            out.append(pend)
-            pend = None
-        out.append((i, ln))
-    if pend is not None:
-        out.append(pend)
-    st.bulk_skipped += skipped
-    return out, len(lines)
+    g_total = buf.count(_G)
+    if g_total:
+        # the metrics test saw every one (none on a line an earlier term took): its lines
+        _bulk_metrics(g_idx if g_total == g_count else _g_lines(buf), base, n, plain_set, st)
+    st.bulk_skipped += n - len(kept)
+    return [(base + 1 + i, lines[i]) for i in sorted(kept)], n
 
 
 def _scan_block(buf: bytes, base: int, st: StreamStats) -> tuple[list[tuple[int, bytes]], int]:
