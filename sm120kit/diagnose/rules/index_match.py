@@ -10,27 +10,50 @@ from sm120kit.diagnose.msgindex import Match, try_load
 from sm120kit.diagnose.rules.base import Finding, Rule, RuleContext
 from sm120kit.diagnose.rules.fold import GENERIC
 from sm120kit.evidence.logs.analyze import Evidence
+from sm120kit.evidence.logs.parsers import exception_line
+from sm120kit.evidence.logs.prefix import attribute
 
-MIN_COVER, MIN_LITERAL = 0.3, 16  # share of the line the literal text covers; its length
+MIN_COVER, MIN_LITERAL = 0.3, 16  # share of the message the literal text covers; its length
+MAX_LINES = 24
 
 
 def _lines(ctx: RuleContext) -> list[Evidence]:
+    """The exception line of each failed process first (in the order they failed: the first
+    failing traceback's exception is the line an engineer reads first), then the recorded
+    failure lines and each process's first error; traceback frames and their source lines say
+    nothing the index knows."""
     lf = ctx.facts
     if not lf.failures:
         return []
-    out = list(lf.failures)
-    for p in lf.procs.values():
-        out += [e for e in (p.exception_ev, p.first_error) if e is not None]
-    return list({e.ref: e for e in out}.values())[:16]
+    procs = sorted((p for p in lf.procs.values() if p.first_error is not None),
+                   key=lambda p: p.first_error_order)
+    out = [p.exception_ev for p in procs if p.exception_ev is not None]
+    out += [e for e in (*lf.failures, *(p.first_error for p in procs))
+            if e is not None and not _frame(e.text)]
+    return list({e.ref: e for e in out}.values())[:MAX_LINES]
+
+
+def _frame(text: str) -> bool:
+    msg = (attribute(text).message or text).lstrip()
+    return msg.startswith(('File "', "Traceback (most recent", "^", "~"))
+
+
+def _core(text: str) -> str:
+    """The message a template's text stands for: the line without its log prefixes and, on an
+    exception line, without the exception type."""
+    msg = attribute(text).message or text
+    exc = exception_line(msg)
+    return (exc[1] if exc is not None and exc[1] else msg).strip()
 
 
 def _best(line: str) -> Match | None:
     idx = try_load()
+    core = len(_core(line)) or 1
     for m in idx.match(line) if idx is not None else []:
         t = m.template
         # crash messages are effects (the structural rules place them): causes only
         if t.is_error and t.category not in ("none", *GENERIC) and t.litlen >= MIN_LITERAL \
-                and m.coverage >= MIN_COVER:
+                and min(1.0, t.litlen / core) >= MIN_COVER:
             return m
     return None
 
