@@ -6,22 +6,16 @@ category are never findings. The template's releases are version evidence too.""
 from __future__ import annotations
 
 from sm120kit.diagnose.catalogue import not_evidence
-from sm120kit.diagnose.msgindex import Match, try_load
+from sm120kit.diagnose.msgindex import Match
+from sm120kit.diagnose.msgindex.lines import cause_match, is_frame
 from sm120kit.diagnose.rules.base import Finding, Rule, RuleContext
-from sm120kit.diagnose.rules.fold import GENERIC
 from sm120kit.evidence.logs.analyze import Evidence
-from sm120kit.evidence.logs.parsers import exception_line
-from sm120kit.evidence.logs.prefix import attribute
-
-MIN_COVER, MIN_LITERAL = 0.3, 16  # share of the message the literal text covers; its length
-MAX_LINES = 24
 
 
 def _lines(ctx: RuleContext) -> list[Evidence]:
-    """The exception line of each failed process first (in the order they failed: the first
-    failing traceback's exception is the line an engineer reads first), then the recorded
-    failure lines and each process's first error; traceback frames and their source lines say
-    nothing the index knows."""
+    """Each failed process's exception line first, in the order the processes failed (the
+    first failing traceback's exception is what an engineer reads first), then the recorded
+    failure lines and each process's first error, without traceback frames."""
     lf = ctx.facts
     if not lf.failures:
         return []
@@ -29,33 +23,8 @@ def _lines(ctx: RuleContext) -> list[Evidence]:
                    key=lambda p: p.first_error_order)
     out = [p.exception_ev for p in procs if p.exception_ev is not None]
     out += [e for e in (*lf.failures, *(p.first_error for p in procs))
-            if e is not None and not _frame(e.text)]
-    return list({e.ref: e for e in out}.values())[:MAX_LINES]
-
-
-def _frame(text: str) -> bool:
-    msg = (attribute(text).message or text).lstrip()
-    return msg.startswith(('File "', "Traceback (most recent", "^", "~"))
-
-
-def _core(text: str) -> str:
-    """The message a template's text stands for: the line without its log prefixes and, on an
-    exception line, without the exception type."""
-    msg = attribute(text).message or text
-    exc = exception_line(msg)
-    return (exc[1] if exc is not None and exc[1] else msg).strip()
-
-
-def _best(line: str) -> Match | None:
-    idx = try_load()
-    core = len(_core(line)) or 1
-    for m in idx.match(line) if idx is not None else []:
-        t = m.template
-        # crash messages are effects (the structural rules place them): causes only
-        if t.is_error and t.category not in ("none", *GENERIC) and t.litlen >= MIN_LITERAL \
-                and min(1.0, t.litlen / core) >= MIN_COVER:
-            return m
-    return None
+            if e is not None and not is_frame(e.text)]
+    return list({e.ref: e for e in out}.values())[:24]
 
 
 def _version_note(ctx: RuleContext, m: Match) -> str:
@@ -74,7 +43,7 @@ def check(ctx: RuleContext) -> list[Finding]:
     for ev in _lines(ctx):
         if not_evidence(ev.text) or (ctx.catalogue is not None and ctx.catalogue.scan(ev.text)):
             continue  # advice/completion; or a curated entry names this line: it wins
-        m = _best(ev.text)
+        m = cause_match(ev.text)
         if m is not None:
             by_cat.setdefault(m.template.category, []).append((ev, m))
     out = []
