@@ -30,12 +30,20 @@ def message_core(text: str) -> str:
 
 def cause_match(line: str) -> Match | None:
     """The most specific error-level or raised template of ``line`` whose category names a
-    cause (not ``none``, not a crash effect), literal and covering enough of the message."""
+    cause (not ``none``, not a crash effect), literal and covering enough of the message. A
+    shorter template never stands in for a more specific one that says ``none``: only the
+    templates as specific as the first error-level one are weighed."""
     idx = try_load()
     core = len(message_core(line)) or 1
+    top = 0
     for m in idx.match(line) if idx is not None else []:
         t = m.template
-        if t.is_error and t.category not in ("none", *EFFECTS) and t.litlen >= MIN_LITERAL \
+        if not t.is_error:
+            continue
+        top = top or t.litlen
+        if t.litlen < top:
+            break
+        if t.category not in ("none", *EFFECTS) and t.litlen >= MIN_LITERAL \
                 and min(1.0, t.litlen / core) >= MIN_COVER:
             return m
     return None
