@@ -131,6 +131,12 @@ def test_message_core_and_frames() -> None:
     line = ("(EngineCore_DP0 pid=90) ERROR 12-02 10:00:06 [core.py:700] ValueError: numa_bind_cpus "
             "entries must use numactl CPU list syntax")
     assert message_core(line) == "numa_bind_cpus entries must use numactl CPU list syntax"
+    # another engine's or a collector's stamp (SGLang, journald) is no part of the message
+    assert message_core("[2025-05-16 13:12:16 TP0] RuntimeError: Not enough memory. Please try "
+                        "to increase --mem-fraction-static.") == (
+        "Not enough memory. Please try to increase --mem-fraction-static.")
+    assert message_core("May 16 13:12:16 host vllm[123]: ERROR 05-16 13:12:16 [core.py:700] "
+                        "ValueError: No compilation mode is set.") == "No compilation mode is set."
     assert is_frame('(EngineCore_DP0 pid=90) ERROR 12-02 10:00:06 [core.py:700]   File '
                     '"/x/vllm/v1/engine/core.py", line 690, in run_engine_core')
     assert is_frame("(EngineCore_DP0 pid=90) ERROR 12-02 10:00:06 [core.py:700]     ^^^^^^^^")

@@ -5,25 +5,31 @@ cause (``rules/index_match.py`` turns it into a finding)."""
 from __future__ import annotations
 
 from sm120kit.diagnose.msgindex import Match, try_load
+from sm120kit.evidence.logs.envelope import Envelope
 from sm120kit.evidence.logs.parsers import exception_line
 from sm120kit.evidence.logs.prefix import attribute
 
 # share of the message (the line without its prefixes and exception type) that the template's
 # literal text covers, and that literal text's length: below either, a match says too little
 MIN_COVER, MIN_LITERAL = 0.3, 16
+_ENVELOPE = Envelope()  # a collector's or another engine's stamp (SGLang, journald, CRI, TGI)
 EFFECTS = ("rank-crashed", "unknown")  # crash messages (rules/fold.py GENERIC): effects, not causes
+
+
+def _message(text: str) -> str:
+    return attribute(_ENVELOPE.strip(text)).message or text
 
 
 def is_frame(text: str) -> bool:
     """A traceback's frame, header or caret line."""
-    msg = (attribute(text).message or text).lstrip()
+    msg = _message(text).lstrip()
     return msg.startswith(('File "', "Traceback (most recent", "^", "~"))
 
 
 def message_core(text: str) -> str:
     """The message a template's text stands for: the line without its log prefixes and, on an
     exception line, without the exception type."""
-    msg = attribute(text).message or text
+    msg = _message(text)
     exc = exception_line(msg)
     return (exc[1] if exc is not None and exc[1] else msg).strip()
 
