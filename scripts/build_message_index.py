@@ -186,6 +186,14 @@ def merge(per_version: dict[str, dict[str, list[RawTemplate]]]) -> list[Merged]:
     return list(merged.values())
 
 
+def is_error(m: Merged) -> bool:
+    """A raise/check or error string, NCCL's WARN, a log call at error level and above (the
+    templates ``index-match`` may turn into a finding: ``msgindex.Template.is_error``)."""
+    return (m.kind in ("raise", "check", "error-string")
+            or (m.project == "nccl" and m.kind == "warn-macro")
+            or (m.level or "") in ("error", "critical", "fatal"))
+
+
 def matchable(parts: tuple[tuple[str, str], ...]) -> bool:
     return literal_length(parts) >= MIN_LITERAL and bool(anchor_words(parts))
 
@@ -198,6 +206,8 @@ def write_index(out: Path, templates: list[Merged], meta: dict[str, object], ima
     df: Counter[str] = Counter(w for ws in words_of for w in set(ws))
     lookup: dict[str, list[int]] = defaultdict(list)
     cats: Counter[str] = Counter()
+    # per project, the error-level templates: with a category, "none" by a rule, "none" by default
+    cover: dict[str, Counter[str]] = defaultdict(Counter)
     tmp = out.with_suffix(".tmp")
     if tmp.exists():
         tmp.unlink()
@@ -214,8 +224,12 @@ def write_index(out: Path, templates: list[Merged], meta: dict[str, object], ima
                          key=lambda r: (r[0].project, r[0].file, r[0].line))
     for i, (m, ws) in enumerate(rows_sorted, start=1):
         text = display(m.parts)
-        cat = imap.category(m.project, m.file, m.function, m.exc, m.level, text)
+        cat, how = imap.decide(m.project, m.file, m.function, m.exc, m.level, text)
         cats[cat] += 1
+        if is_error(m):
+            cover[m.project]["error"] += 1
+            cover[m.project]["categorized" if cat != "none" else
+                             "none-default" if how == "default" else "none-by-rule"] += 1
         rare = min(ws, key=lambda w: (df[w], -len(w)))
         lookup[rare].append(i)
         db.execute("INSERT INTO templates VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
@@ -225,7 +239,8 @@ def write_index(out: Path, templates: list[Merged], meta: dict[str, object], ima
     db.executemany("INSERT INTO words VALUES (?,?)",
                    ((w, ",".join(map(str, ids))) for w, ids in sorted(lookup.items())))
     meta = dict(meta, templates=len(rows), unmatchable=len(templates) - len(rows),
-                categories=dict(sorted(cats.items())))
+                categories=dict(sorted(cats.items())),
+                coverage={p: dict(sorted(c.items())) for p, c in sorted(cover.items())})
     db.executemany("INSERT INTO meta VALUES (?,?)",
                    ((k, json.dumps(v, sort_keys=True)) for k, v in sorted(meta.items())))
     db.commit()
@@ -316,7 +331,26 @@ def build(trees: list[tuple[str, str, str, Path]], out: Path, cache: ExtractCach
     report.append(f"wrote {out}: {sum(cats.values())} matchable templates of {len(merged)} "
                   f"merged ({out.stat().st_size / 1e6:.1f} MB)")
     report.append("categories: " + ", ".join(f"{k} {v}" for k, v in sorted(cats.items())))
+    report += _coverage_lines(out)
     return meta
+
+
+def _coverage_lines(out: Path) -> list[str]:
+    """The per-project table of error-level templates by how the mapping judged them."""
+    db = sqlite3.connect(out)
+    try:
+        row = db.execute("SELECT value FROM meta WHERE key = 'coverage'").fetchone()
+    finally:
+        db.close()
+    cover: dict[str, dict[str, int]] = json.loads(row[0]) if row else {}
+    lines = [f"{'error-level':<13}{'templates':>10}{'category':>10}{'none(rule)':>11}"
+             f"{'none(default)':>14}{'share':>8}"]
+    for p, c in cover.items():
+        n = c.get("error", 0)
+        share = f"{100 * c.get('categorized', 0) / n:.1f}%" if n else "-"
+        lines.append(f"{p:<13}{n:>10}{c.get('categorized', 0):>10}{c.get('none-by-rule', 0):>11}"
+                     f"{c.get('none-default', 0):>14}{share:>8}")
+    return lines
 
 
 def _print_inputs(meta: dict[str, object]) -> None:

@@ -3,7 +3,7 @@
 Order of precedence: a per-template ``override`` (project + file + a literal of the message),
 then ``keyword`` rules (words of the message that say the cause whatever module prints it), then
 ``exception`` types, then module ``path`` globs (first match in file order wins; an entry may be
-limited to exception types, levels or function names). No match: ``none`` (the template is still
+limited to exception types, levels, function names or a regex on the message's literal text). No match: ``none`` (the template is still
 recognised and shown).
 """
 
@@ -34,9 +34,10 @@ class PathRule:
     levels: tuple[str, ...] = ()
     functions: tuple[str, ...] = ()
     why: str = ""
+    text: re.Pattern[str] | None = None  # only messages whose literal text this finds
 
     def applies(self, project: str, file: str, function: str, exc: str | None,
-                level: str | None) -> bool:
+                level: str | None, text: str = "") -> bool:
         if self.project not in ("*", project):
             return False
         if not any(fnmatch.fnmatchcase(file, g) for g in self.globs):
@@ -44,6 +45,8 @@ class PathRule:
         if self.exc and (exc or "") not in self.exc:
             return False
         if self.levels and (level or "raise") not in self.levels:
+            return False
+        if self.text is not None and not self.text.search(text):
             return False
         return not self.functions or any(fnmatch.fnmatchcase(function, f) for f in self.functions)
 
@@ -58,18 +61,24 @@ class IndexMap:
     def category(self, project: str, file: str, function: str, exc: str | None,
                  level: str | None, text: str) -> str:
         """The category of one template (``text``: its display form, holes as ``{...}``)."""
+        return self.decide(project, file, function, exc, level, text)[0]
+
+    def decide(self, project: str, file: str, function: str, exc: str | None,
+               level: str | None, text: str) -> tuple[str, str]:
+        """(category, what decided it: override | keyword | exception | path | default); a
+        ``none`` that a rule gives is a judgment, the default ``none`` is no judgment."""
         for proj, glob, contains, cat in self.overrides:
             if proj in ("*", project) and fnmatch.fnmatchcase(file, glob) and contains in text:
-                return cat
+                return cat, "override"
         for rx, cat, projects in self.keywords:
             if (not projects or project in projects) and rx.search(text):
-                return cat
+                return cat, "keyword"
         if exc and exc in self.exceptions:
-            return self.exceptions[exc]
+            return self.exceptions[exc], "exception"
         for r in self.paths:
-            if r.applies(project, file, function, exc, level):
-                return r.category
-        return NONE
+            if r.applies(project, file, function, exc, level, text):
+                return r.category, "path"
+        return NONE, "default"
 
 
 def _cat(v: object, where: str) -> str:
@@ -88,6 +97,15 @@ def _strs(v: object) -> tuple[str, ...]:
     raise MappingError(f"expected a string or a list of strings, got {v!r}")
 
 
+def _rx(v: object, where: str) -> re.Pattern[str] | None:
+    if v is None:
+        return None
+    try:
+        return re.compile(str(v))
+    except re.error as exc:
+        raise MappingError(f"{where}: text: {exc}") from exc
+
+
 def load_map(path: Path = MAP_FILE) -> IndexMap:
     data = tomllib.loads(path.read_text(encoding="utf-8"))
     m = IndexMap()
@@ -95,7 +113,8 @@ def load_map(path: Path = MAP_FILE) -> IndexMap:
         m.paths.append(PathRule(project=str(e.get("project", "*")), globs=_strs(e["glob"]),
                                 category=_cat(e.get("category"), f"path #{i + 1}"),
                                 exc=_strs(e.get("exc")), levels=_strs(e.get("level")),
-                                functions=_strs(e.get("function")), why=str(e.get("why", ""))))
+                                functions=_strs(e.get("function")), why=str(e.get("why", "")),
+                                text=_rx(e.get("text"), f"path #{i + 1}")))
     for i, e in enumerate(data.get("exception", [])):
         for t in _strs(e["type"]):
             m.exceptions[t] = _cat(e.get("category"), f"exception #{i + 1}")

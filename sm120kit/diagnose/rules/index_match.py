@@ -6,33 +6,25 @@ category are never findings. The template's releases are version evidence too.""
 from __future__ import annotations
 
 from sm120kit.diagnose.catalogue import not_evidence
-from sm120kit.diagnose.msgindex import Match, try_load
+from sm120kit.diagnose.msgindex import Match
+from sm120kit.diagnose.msgindex.lines import cause_match, is_frame
 from sm120kit.diagnose.rules.base import Finding, Rule, RuleContext
-from sm120kit.diagnose.rules.fold import GENERIC
 from sm120kit.evidence.logs.analyze import Evidence
-
-MIN_COVER, MIN_LITERAL = 0.3, 16  # share of the line the literal text covers; its length
 
 
 def _lines(ctx: RuleContext) -> list[Evidence]:
+    """Each failed process's exception line first, in the order the processes failed (the
+    first failing traceback's exception is what an engineer reads first), then the recorded
+    failure lines and each process's first error, without traceback frames."""
     lf = ctx.facts
     if not lf.failures:
         return []
-    out = list(lf.failures)
-    for p in lf.procs.values():
-        out += [e for e in (p.exception_ev, p.first_error) if e is not None]
-    return list({e.ref: e for e in out}.values())[:16]
-
-
-def _best(line: str) -> Match | None:
-    idx = try_load()
-    for m in idx.match(line) if idx is not None else []:
-        t = m.template
-        # crash messages are effects (the structural rules place them): causes only
-        if t.is_error and t.category not in ("none", *GENERIC) and t.litlen >= MIN_LITERAL \
-                and m.coverage >= MIN_COVER:
-            return m
-    return None
+    procs = sorted((p for p in lf.procs.values() if p.first_error is not None),
+                   key=lambda p: p.first_error_order)
+    out = [p.exception_ev for p in procs if p.exception_ev is not None]
+    out += [e for e in (*lf.failures, *(p.first_error for p in procs))
+            if e is not None and not is_frame(e.text)]
+    return list({e.ref: e for e in out}.values())[:24]
 
 
 def _version_note(ctx: RuleContext, m: Match) -> str:
@@ -51,7 +43,7 @@ def check(ctx: RuleContext) -> list[Finding]:
     for ev in _lines(ctx):
         if not_evidence(ev.text) or (ctx.catalogue is not None and ctx.catalogue.scan(ev.text)):
             continue  # advice/completion; or a curated entry names this line: it wins
-        m = _best(ev.text)
+        m = cause_match(ev.text)
         if m is not None:
             by_cat.setdefault(m.template.category, []).append((ev, m))
     out = []
