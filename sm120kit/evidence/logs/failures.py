@@ -1,4 +1,6 @@
-"""Recorded failures (no false all-clear): the first few failure lines of the input and how many."""
+"""Recorded failures (no false all-clear): the first few failure lines of the input and how many,
+and the failures the program said it retries (kept apart: a failure only where the run never got
+ready, which the diagnose rules judge)."""
 
 from __future__ import annotations
 
@@ -21,11 +23,17 @@ _ADVICE = re.compile(r"(?i)\b(?:if you (?:are|see|encounter|get|hit|run)|if (?:a
 class Failures:
     def __init__(self, cues: Cues | None = None) -> None:
         """``cues``: ``failure-words`` (timeouts, deaths, aborts, non-zero exits; catalogue
-        cues.toml) and ``failure-stated`` (failure statements in other shapes)."""
+        cues.toml), ``failure-stated`` (failure statements in other shapes), ``failure-record``
+        (error-level records of other logging formats), ``failure-exit`` (a supervisor's word
+        that a process ended badly) and ``failure-goes-on`` (the program retries)."""
         self.failures: list[Evidence] = []
         self.failure_count = 0
-        self.words = (cues or {}).get("failure-words")
-        self.stated = (cues or {}).get("failure-stated")
+        self.retried: list[Evidence] = []  # failures the program said it retries
+        c = cues or {}
+        self.words = c.get("failure-words")
+        self.stated = tuple(x for x in (c.get("failure-stated"), c.get("failure-record"),
+                                        c.get("failure-exit")) if x is not None)
+        self.goes_on = c.get("failure-goes-on")
 
     def note(self, ev: Evidence) -> None:
         self.failure_count += 1
@@ -34,8 +42,25 @@ class Failures:
 
     def feed(self, o: Origin, msg: str, text: str, ev: Evidence) -> None:
         """Record the line when it is a failure (a non-NCCL line; NCCL WARNs are judged apart)."""
-        if self._is_failure(o, msg, text):
+        if self.goes_on is not None and self.goes_on.find(msg) is not None:
+            self._retry(o, msg, text, ev)
+        elif self._is_failure(o, msg, text):
             self.note(ev)
+
+    def _retry(self, o: Origin, msg: str, text: str, ev: Evidence) -> None:
+        """A retry: the line itself when it states the failure, else the failure just before it
+        (same source, at most three lines up) moves from the failures to ``retried``."""
+        last = self.failures[-1] if self.failures else None
+        if self._is_failure(o, msg, text):
+            hit: Evidence | None = ev
+        elif last is not None and last.source == ev.source and 0 < ev.line - last.line <= 3 \
+                and self.failure_count == len(self.failures):
+            hit = self.failures.pop()
+            self.failure_count -= 1
+        else:
+            return
+        if len(self.retried) < KEEP:
+            self.retried.append(hit)
 
     def _is_failure(self, o: Origin, msg: str, text: str) -> bool:
         if o.level in ("ERROR", "CRITICAL") or msg.startswith("Traceback"):
@@ -51,8 +76,9 @@ class Failures:
             return True
         if exception_line(msg) is not None or "AssertionError" in text or "Error: " in text:
             return True
-        if self.stated is not None and self.stated.find(msg) is not None:
-            return True
+        for cue in self.stated:
+            if cue.find(msg) is not None:
+                return True
         return _frame(msg)
 
 
