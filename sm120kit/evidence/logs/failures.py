@@ -52,7 +52,7 @@ class Failures:
         (same source, at most three lines up) moves from the failures to ``retried``."""
         last = self.failures[-1] if self.failures else None
         if self._is_failure(o, msg, text):
-            hit: Evidence | None = ev
+            hit = ev
         elif last is not None and last.source == ev.source and 0 < ev.line - last.line <= 3 \
                 and self.failure_count == len(self.failures):
             hit = self.failures.pop()
