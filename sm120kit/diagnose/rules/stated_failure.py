@@ -1,17 +1,9 @@
-"""No false all-clear on a failure the log states in a shape the line reader does not record.
-
-Two structural cases, both reported as ``unknown`` at low confidence with the line as evidence:
-
-* a process' last lines hold a message the program's own sources log at error level or raise
-  (``diagnose.msgindex``: SGLang's "Received sigquit from a child process ..." has no level in
-  SGLang's log format, but its source logs it with ``logger.error``); a line at INFO, DEBUG or
-  WARNING level, an NCCL line and advice are never such a line;
-* the program said it retries a failure (``LogFacts.retried``) and the run never got ready: the
-  retries did not recover it.
-
-``index_source`` names where a line comes from (the index's file, function and releases) for
-the other fallback (``recorded-failure``).
-"""
+"""No false all-clear on a failure stated in a shape the line reader does not record (``unknown``,
+0.3, the line as evidence): a process' last line that the message index knows as an error its
+program logs or raises (SGLang prints no level; its source logs "Received sigquit from a child
+process ..." with ``logger.error``; INFO/DEBUG/WARNING, NCCL and advice lines never count), or a
+failure the program said it retries (``LogFacts.retried``) when the run never got ready.
+``index_source`` names a line's source for ``recorded-failure`` too."""
 
 from __future__ import annotations
 
