@@ -34,12 +34,10 @@ def index_source(line: str) -> str:
 
 def _stated(ctx: RuleContext) -> tuple[Evidence, Match] | None:
     lf = ctx.facts
-    lines = [e for p in lf.procs.values() for e in p.tail]
-    for ev in lines + ([lf.last_text] if lf.last_text is not None else []):
+    for ev in [e for p in lf.procs.values() for e in p.tail] + [x for x in [lf.last_text] if x]:
         o = attribute(ev.text)
-        if o.kind == "nccl" or o.level in ("INFO", "DEBUG", "WARNING", "WARN"):
-            continue
-        m = None if not_evidence(ev.text) else _error_match(o.message)
+        quiet = o.kind == "nccl" or o.level in ("INFO", "DEBUG", "WARNING", "WARN")
+        m = None if quiet or not_evidence(ev.text) else _error_match(o.message)
         if m is not None:
             return ev, m
     return None
@@ -49,9 +47,8 @@ def check(ctx: RuleContext) -> list[Finding]:
     lf = ctx.facts
     if lf.failures:
         return []  # recorded failures: the rules (and recorded-failure) report them
-    stage = lf.phases.stage
+    stage, hit = lf.phases.stage, _stated(ctx)
     phase = field_phase(stage)
-    hit = _stated(ctx)
     if hit is not None:
         ev, m = hit
         return [RULE.finding(
