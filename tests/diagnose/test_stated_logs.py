@@ -119,3 +119,27 @@ def test_what_counts_as_a_stated_failure_is_catalogue_data() -> None:
     read = LogAnalysis(cues=load().prose_cues())
     read.feed_lines("x", lines)
     assert [e.line for e in read.fails.failures] == [1, 2, 3, 4]
+
+
+def test_a_request_body_is_data_not_a_failure_statement(tmp_path: Path) -> None:
+    """vLLM's request logger line (vllm/entrypoints/logger.py; the line of
+    https://github.com/vllm-project/vllm/issues/9193) with a prompt that says "died" and "timed
+    out" (the prompt's words are ours): an INFO record of user data, no failure."""
+    line = ("INFO 10-23 10:57:08 logger.py:37] Received request chat-c63fb2801fdd47bf95478436ef4fbd06: "
+            "prompt: \"why the worker died and the request timed out\", params: SamplingParams(n=1, "
+            "presence_penalty=0.0, frequency_penalty=0.0, repetition_penalty=1.0, temperature=0.7)")
+    res = diagnose([_healthy_with(tmp_path, [line])])
+    assert res.exit_code == 0, (res.verdict, [f.summary for f in res.findings])
+
+
+@pytest.mark.parametrize(("record", "failure"), [
+    # tracing-subscriber's JSON format as the TGI launcher writes it (the fields are ours)
+    ('{"timestamp":"2024-05-01T12:00:00.123Z","level":"INFO","fields":{"message":"Args { '
+     'model_id: \\"Error: x\\" }"},"target":"text_generation_launcher"}', False),
+    ('{"timestamp":"2024-05-01T12:00:00.123Z","level":"ERROR","fields":{"message":"Shard '
+     'complete standard error output","level":"info"},"target":"text_generation_launcher"}', True),
+])
+def test_a_structured_record_is_judged_by_its_own_level(record: str, failure: bool) -> None:
+    an = LogAnalysis(cues=load().prose_cues())
+    an.feed_lines("x", [record])
+    assert bool(an.fails.failures) is failure

@@ -25,7 +25,9 @@ class Failures:
         """``cues``: ``failure-words`` (timeouts, deaths, aborts, non-zero exits; catalogue
         cues.toml), ``failure-stated`` (failure statements in other shapes), ``failure-record``
         (error-level records of other logging formats), ``failure-exit`` (a supervisor's word
-        that a process ended badly) and ``failure-goes-on`` (the program retries)."""
+        that a process ended badly), ``failure-goes-on`` (the program retries) and
+        ``record-below-error`` (a JSON/logfmt record whose own level is below error: read as
+        an INFO line)."""
         self.failures: list[Evidence] = []
         self.failure_count = 0
         self.retried: list[Evidence] = []  # failures the program said it retries
@@ -34,6 +36,7 @@ class Failures:
         self.stated = tuple(x for x in (c.get("failure-stated"), c.get("failure-record"),
                                         c.get("failure-exit")) if x is not None)
         self.goes_on = c.get("failure-goes-on")
+        self.quiet = c.get("record-below-error")
 
     def note(self, ev: Evidence) -> None:
         self.failure_count += 1
@@ -63,14 +66,17 @@ class Failures:
             self.retried.append(hit)
 
     def _is_failure(self, o: Origin, msg: str, text: str) -> bool:
-        if o.level in ("ERROR", "CRITICAL") or msg.startswith("Traceback"):
+        level = o.level
+        if level is None and self.quiet is not None and self.quiet.find(msg) is not None:
+            level = "INFO"  # a structured record that states its own level, below error
+        if level in ("ERROR", "CRITICAL") or msg.startswith("Traceback"):
             return True
-        if o.kind == "torch" and o.level is None and msg.startswith("[") and msg[1:2] in "EF":
+        if o.kind == "torch" and level is None and msg.startswith("[") and msg[1:2] in "EF":
             return True
         words = self.words
-        if o.level in ("INFO", "DEBUG"):  # an INFO line counts only for a death or timeout
+        if level in ("INFO", "DEBUG"):  # an INFO line counts only for a death or timeout
             return ("died" in msg or "imed out" in msg or "exit code" in msg or "dead" in msg
-                    or "DEAD" in msg) and words is not None and words.rx.search(msg) is not None
+                    or "DEAD" in msg) and words is not None and words.find(msg) is not None
         said = _ADVICE.sub("", text) if "f you" in text or "onsider" in text else text
         if words is not None and words.find(said) is not None:
             return True
