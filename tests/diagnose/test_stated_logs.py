@@ -143,3 +143,24 @@ def test_a_structured_record_is_judged_by_its_own_level(record: str, failure: bo
     an = LogAnalysis(cues=load().prose_cues())
     an.feed_lines("x", [record])
     assert bool(an.fails.failures) is failure
+
+
+@pytest.mark.parametrize(("head", "line", "read"), [
+    # https://github.com/vllm-project/vllm/issues/15766: vLLM under docker compose (the stored
+    # excerpt cuts the CRITICAL line after "MQLLM"; its rest is vLLM 0.8 launcher.py's message)
+    ("vllm-llm-1  | ERROR 03-30 02:15:01 [engine.py:160] AssertionError",
+     "vllm-llm-1  | CRITICAL 03-30 02:15:01 [launcher.py:116] MQLLMEngine is already dead, "
+     "terminating server process",
+     "CRITICAL 03-30 02:15:01 [launcher.py:116] MQLLMEngine is already dead, terminating server "
+     "process"),
+    # https://github.com/kubernetes-sigs/gateway-api-inference-extension/issues/550 (k9s's border)
+    ("\u2502 INFO 03-21 20:15:44 [monitor.py:33] torch.compile takes 28.77 s in total",
+     "\u2502 INFO 03-21 20:15:45 [worker.py:267] Memory profiling takes 34.26 seconds",
+     "INFO 03-21 20:15:45 [worker.py:267] Memory profiling takes 34.26 seconds"),
+])
+def test_compose_and_box_borders_are_envelopes(head: str, line: str, read: str) -> None:
+    """A collector's column before a vLLM record is stripped, so its level is read."""
+    from sm120kit.evidence.logs.envelope import Envelope
+
+    env = Envelope.detect(head.encode())
+    assert env is not None and env.strip(line) == read
