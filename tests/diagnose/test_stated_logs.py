@@ -164,3 +164,16 @@ def test_compose_and_box_borders_are_envelopes(head: str, line: str, read: str) 
 
     env = Envelope.detect(head.encode())
     assert env is not None and env.strip(line) == read
+
+
+@pytest.mark.parametrize("line", [
+    # CPython Lib/asyncio (logged at error level by the loop's exception handler) and threading
+    "Task exception was never retrieved",
+    "Exception in thread Thread-3 (_serve):",
+    # torch c10d, older releases (the wording of the NCCL result code)
+    "NCCL Error 2: unhandled system error",
+])
+def test_python_and_nccl_statements_without_a_level_are_failures(line: str) -> None:
+    an = LogAnalysis(cues=load().prose_cues())
+    an.feed_lines("x", [line])
+    assert [e.text for e in an.fails.failures] == [line]
