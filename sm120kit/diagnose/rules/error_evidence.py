@@ -12,6 +12,7 @@ from __future__ import annotations
 from sm120kit.diagnose.catalogue import announces_long_step, is_completion
 from sm120kit.diagnose.catalogue.nearest import looks_like
 from sm120kit.diagnose.rules.base import Finding, Rule, RuleContext, field_phase, first_failing
+from sm120kit.diagnose.rules.stated_failure import index_source
 from sm120kit.evidence.logs.analyze import Evidence
 from sm120kit.report import clip_words
 
@@ -51,7 +52,7 @@ def check(ctx: RuleContext) -> list[Finding]:
     return [RULE.finding(
         0.35, f"the log records a failure no catalogue entry or rule recognises: "
         f"{clip_words(root.text, 300)}{more}; root error at {root.ref}, phase {phase or 'unknown'}"
-        + looks_like(ctx.catalogue, root.text), [root] + [e for e in lg.failures[:4] if e != root],
+        + index_source(root.text) + looks_like(ctx.catalogue, root.text), [root] + [e for e in lg.failures[:4] if e != root],
         phase=phase, role="effect")]
 
 

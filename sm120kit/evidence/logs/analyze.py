@@ -176,7 +176,8 @@ class LogAnalysis(AnalysisView):
         inc = self.incidents
         return (len(inc.watchdog), len(inc.deaths), len(inc.rpc_timeouts), inc.shm_count,
                 self.book.total, p.first_error, p.exception, p.rank, len(self.vs.versions),
-                len(self.vs.config), self.vs.world_size, len(p.stalls), sum(p.stalls.values()))
+                len(self.vs.config), self.vs.world_size, len(p.stalls), sum(p.stalls.values()),
+                self.fails.failure_count)
 
     def _parse(self, p: Proc, o: Origin, text: str, ev: Evidence, t: float | None,
                ts: float) -> str | None:

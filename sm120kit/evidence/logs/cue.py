@@ -10,9 +10,15 @@ from dataclasses import dataclass
 
 #: what a person writes (DescribedScan): it hangs, it fails, it works
 DESCRIBED = ("symptom", "complaint", "praise")
-#: what makes a log line a recorded failure (Failures): failure words behind their gate, and
-#: failure statements in other shapes (uvicorn's "ERROR:", Ray's wrapped exceptions, ...)
-FAILURE = ("failure-words", "failure-stated")
+#: what makes a log line a recorded failure (Failures): failure words behind their gate,
+#: failure statements in other shapes (uvicorn's "ERROR:", Ray's wrapped exceptions, ...), an
+#: error-level record in a logging format the prefixes do not read (JSON, logrus, Python's own
+#: formats), and a supervisor's word that a process or container ended badly (docker, k8s, the
+#: shell, torchrun's summary); ``failure-goes-on``: a line saying the program retries what just
+#: failed (the failure before it is a retried one: a failure only when the run never got ready);
+#: ``record-below-error``: a structured record stating its own level below error (an INFO line)
+FAILURE = ("failure-words", "failure-stated", "failure-record", "failure-exit", "failure-goes-on",
+           "record-below-error")
 #: NCCL WARNs (NcclState): one that states a fault, one the run goes on from
 NCCL_WARN = ("nccl-warn-fault", "nccl-warn-goes-on")
 CUE_IDS = DESCRIBED + FAILURE + NCCL_WARN

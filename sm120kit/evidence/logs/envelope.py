@@ -9,8 +9,9 @@ knows: SGLang's ``[2025-05-16 13:12:16 TP0] `` (rank kept as ``[rank0]:``), Ray'
 ``[2021-09-14 10:11:20,566 I 2122527 2122927] file.cc:209: ``, TGI's Rust tracing
 ``2024-03-06T17:53:31.052Z ERROR shard-manager: `` and Ray's driver logging
 ``2020-03-28 18:22:59,901\tWARNING worker.py:1072 -- `` (both as ``LEVEL MM-DD HH:MM:SS [where]``,
-the vLLM form). ``Envelope.detect(head)`` decides once per source whether any line needs this,
-so a plain vLLM log pays nothing.
+the vLLM form), docker compose's service column (``vllm-1  | ``) and a terminal viewer's box
+border (``\u2502 ``, k9s or a rich panel) before a vLLM record. ``Envelope.detect(head)``
+decides once per source whether any line needs this, so a plain vLLM log pays nothing.
 """
 
 from __future__ import annotations
@@ -33,13 +34,16 @@ _ENV = re.compile(
     r"|(?P<mon>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) (?P<jd>[ \d]\d) (?P<jt>\d\d:\d\d:"
     r"\d\d) [\w.-]+ [\w.@/-]+(?:\[\d+\])?:"  # journald / syslog
     r"|\[pod/[^\]\s]+\] ?"  # kubectl logs --prefix
+    r"|[\w.-]+\s+\| (?=\S)"  # docker compose: the service's name padded, then "| "
+    r"|\u2502 ?"  # a terminal viewer's box border (k9s, a rich panel): "\u2502 "
     r")")
 # what in a source's head says some line carries such an envelope (plain docker stamps do not)
 _HINT = re.compile(
     rb"(?m)^(?:> ?)*(?:\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d\S*\s+(?:(?:stdout|stderr) [FP] |- [\w.<>-]+ - "
     rb"|(?:ERROR|WARN|INFO|DEBUG|TRACE)\s+[\w.-]+:)|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
     rb"|\[\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ \S+: "
-    rb"|\[pod/)")
+    rb"|\[pod/|[\w.-]+\s+\| (?:INFO|WARNING|ERROR|DEBUG|\(\w+ pid=)"
+    rb"|\xe2\x94\x82 (?:INFO|WARNING|ERROR|\(\w+ pid=))")
 
 
 class Envelope:

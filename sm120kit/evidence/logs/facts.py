@@ -84,6 +84,7 @@ class LogFacts:
     nccl: NcclFacts
     failures: tuple[Evidence, ...]
     failure_count: int
+    retried: tuple[Evidence, ...]  # failures the program said it retries (failures.py)
     signals: Mapping[str, SignalHits]
     versions: Mapping[str, Any]
     config: Mapping[str, Any]
@@ -124,6 +125,7 @@ def log_facts(an: LogAnalysis) -> LogFacts:
                        _ro({k: frozenset(v) for k, v in nc.transports.items()}),
                        _ro({k: _ro(v) for k, v in nc.nccl_ops.items()}), an.nccl_diag),
         failures=tuple(an.fails.failures), failure_count=an.fails.failure_count,
+        retried=tuple(an.fails.retried),
         signals=_ro(an.book.signals), versions=_ro(an.vs.versions), config=_ro(an.vs.config),
         described=an.described, ticket=an.is_ticket(), last_text=an.last_text, kv=an.kv,
         fast_lines=an.sites.fast_lines, engine=an.engines.engine,

@@ -12,7 +12,8 @@ _NODIGITS = str.maketrans("", "", "0123456789")
 # lines with these words always take the full path, whatever their call site did before
 _RISKY = ("rror", "xception", "imeout", "imed out", "died", "atchdog", "NCCL", "Killed", "ault",
           "bort", "raceback", "atal", "ssert", "ailed", "emory", "nccl", "ersion", "DCP", "LSE",
-          "rank", "utotun", "arm", "vailable", "P2P", "shm", "space", "SIG", "oom", "OOM")
+          "rank", "utotun", "arm", "vailable", "P2P", "shm", "space", "SIG", "oom", "OOM",
+          "RROR", "RITICAL", "anic", "CrashLoop", "xited", "xit Code", "etry", "etrie")
 
 Site = tuple[str, str]
 
