@@ -41,15 +41,22 @@ def cause_match(line: str) -> Match | None:
     templates as specific as the first error-level one are weighed."""
     idx = try_load()
     core = len(message_core(line)) or 1
+    # a library's string (torch's C++ messages are read from its shared libraries, no call
+    # site) is a raised message when the line is an exception line that carries it
+    raised = exception_line(_message(line)) is not None
     top = 0
-    for m in idx.match(line) if idx is not None else []:
+    ms = [m for m in (idx.match(line, limit=8) if idx is not None else [])
+          if m.template.is_error or (raised and m.template.kind == "binary-string")]
+    for m in ms:
         t = m.template
-        if not t.is_error:
-            continue
         top = top or t.litlen
         if t.litlen < top:
             break
+        # a message that joins several sentences (torch's socket errors say what failed to
+        # listen, then each address it failed to bind) is covered by its templates together
+        cover = sum({x.template.text: x.template.litlen for x in ms
+                     if x.template.category == t.category}.values())
         if t.category not in ("none", *EFFECTS) and t.litlen >= MIN_LITERAL \
-                and min(1.0, t.litlen / core) >= MIN_COVER:
+                and min(1.0, cover / core) >= MIN_COVER:
             return m
     return None
