@@ -287,3 +287,20 @@ def test_a_geforce_board_name_alone_adds_no_p2p_reason(tmp_path: Path) -> None:
 def test_the_one_gpu_statement_is_about_running_not_training(words: str, said: bool) -> None:
     hit = C.load(environ={}).table.match("multi-gpu-only", words) is not None
     assert hit is said
+
+
+def test_where_a_multi_gpu_excerpt_stops_names_the_kind_of_cause(tmp_path: Path) -> None:
+    """catalogue/stops/stops.toml: a TP=2 start that stops in NCCL's setup is the transport's
+    place (a weak finding); the same stop of a one-GPU start names nothing."""
+    # vllm-project/vllm#8058 (vLLM 0.5.x pynccl.py and NCCL 2.20 bootstrap lines)
+    nccl = ["INFO 08-31 09:50:46 pynccl.py:63] vLLM is using nccl==2.20.5",
+            "node1:820:820 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>",
+            "node1:820:820 [0] NCCL INFO ncclCommInitRank comm 0x41f28e60 rank 0 nranks 2 "
+            "cudaDev 0 nvmlDev 0 busId 1c0 commId 0x74ccea0716a093e1 - Init START"]
+    res = diagnose([_write(tmp_path, "```\n" + "\n".join([BANNER] + nccl) + "\n```\n")])
+    top = res.findings[0]
+    assert (top.rule, top.category, top.confidence) == ("stopped-excerpt", "p2p-transport", 0.3)
+    assert "transports" in top.summary and res.exit_code == 1
+    one = BANNER.replace("tensor_parallel_size=2", "tensor_parallel_size=1")
+    res = diagnose([_write(tmp_path, "```\n" + "\n".join([one] + nccl[:2]) + "\n```\n")])
+    assert [(f.rule, f.category) for f in res.findings] == [("stopped-excerpt", "unknown")]

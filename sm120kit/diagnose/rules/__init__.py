@@ -39,6 +39,7 @@ from sm120kit.diagnose.rules import (
     stack_asymmetry,
     stall_unexplained,
     stated_failure,
+    stopped_excerpt,
     timeout_too_short,
     traceback_frames,
     watchdog_desync,
@@ -82,10 +83,11 @@ RULES: tuple[Rule, ...] = (
     traceback_frames.RULE,
     stall_unexplained.RULE,
     error_evidence.RULE,
+    stopped_excerpt.RULE,
     stated_failure.RULE,
 )
 # catch-alls: reported only when no more specific finding exists
-_FALLBACK = ("stall-unexplained", "recorded-failure", "stated-failure")
+_FALLBACK = ("stall-unexplained", "recorded-failure", "stated-failure", "stopped-excerpt")
 assert all(r.category in CATEGORIES for r in RULES)
 assert len({r.id for r in RULES}) == len(RULES)
 
@@ -105,7 +107,8 @@ def run_rules(ctx: RuleContext) -> list[Finding]:
     if specific:
         out = [f for f in out if f.rule not in _FALLBACK]
     elif any(f.rule == "stall-unexplained" for f in out):
-        out = [f for f in out if f.rule not in ("recorded-failure", "stated-failure")]
+        out = [f for f in out if f.rule not in ("recorded-failure", "stated-failure",
+                                               "stopped-excerpt")]
     # cause before effect: the mechanism that failed first, then where the run diverged, then
     # what it led to (watchdog aborts, SIGABRT, EngineDeadError); confidence within a tier
     out.sort(key=lambda f: (-f.rank_key, f.rule))

@@ -9,7 +9,7 @@ starts from its closest relative.
 
 from __future__ import annotations
 
-from sm120kit.diagnose.catalogue import announces_long_step, is_completion
+from sm120kit.diagnose.catalogue import announces_long_step
 from sm120kit.diagnose.catalogue.nearest import looks_like
 from sm120kit.diagnose.rules.base import Finding, Rule, RuleContext, field_phase, first_failing
 from sm120kit.diagnose.rules.stated_failure import index_source
@@ -24,18 +24,6 @@ def check(ctx: RuleContext) -> list[Finding]:
         if lg.last_text is not None and announces_long_step(lg.last_text.text):
             return []  # the last line says the step takes minutes: progressing (engine verdict)
         said = d.symptoms[:2] + d.complaints[:2]
-        stop = lg.progress.stopped_excerpt
-        if not said and stop is not None and lg.last_text is not None:
-            done = is_completion(lg.last_text.text)  # "torch.compile takes 4.5 s in total"
-            return [RULE.finding(
-                0.3, (f"the pasted log ends right after a step of {stop} finished; the failure "
-                      "is after the excerpt" if done else
-                      f"the pasted log stops during {stop} without an error: either the run "
-                      "hung right there or its failure is after the excerpt"), [lg.last_text],
-                phase=field_phase(stop), role="position",
-                fix="Paste the lines after this point (or the whole log); if there are none, the "
-                    "run is stuck here: take every rank's stack (`sm120kit collect --attach "
-                    "PID`).")]
         if not said:
             return []
         stage = lg.phases.stage

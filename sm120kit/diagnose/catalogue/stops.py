@@ -1,0 +1,34 @@
+"""The stop map (``stops/stops.toml``): the startup step a pasted excerpt ends in -> the kind of
+cause that waits there."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from sm120kit.diagnose.categories import CATEGORIES
+from sm120kit.evidence.phases import PHASE_INDEX
+
+MAP = Path(__file__).resolve().parent / "stops" / "stops.toml"
+
+
+@dataclass(frozen=True)
+class StopRule:
+    phase: str
+    category: str
+    multi_gpu: bool
+    why: str
+
+
+@cache
+def stop_rules(path: Path = MAP) -> dict[str, StopRule]:
+    data = tomllib.loads(path.read_text(encoding="utf-8"))
+    out = {}
+    for i, d in enumerate(data.get("stop") or []):
+        r = StopRule(d["phase"], d["category"], bool(d.get("multi_gpu", False)), d["why"])
+        if r.category not in CATEGORIES or r.phase not in PHASE_INDEX:
+            raise ValueError(f"{path}: stop {i + 1}: unknown category/phase {r.category}/{r.phase}")
+        out[r.phase] = r
+    return out
