@@ -123,11 +123,16 @@ def test_generator_on_two_releases(tmp_path: Path) -> None:
 
 
 def test_shipped_index_loads_and_is_current() -> None:
+    # opening the index must not read the file: a ratio against reading its bytes, measured
+    # here (scripts/bench_diagnose.py measures the absolute 50 ms target)
+    t0 = time.perf_counter()
+    SHIPPED.read_bytes()
+    anchor = time.perf_counter() - t0
     t0 = time.perf_counter()
     idx = MessageIndex(SHIPPED)
     meta = idx.meta
-    load_ms = (time.perf_counter() - t0) * 1000
-    assert load_ms < 500, load_ms  # the bench measures the 50 ms target; this guards a blow-up
+    load = time.perf_counter() - t0
+    assert load < anchor, (load, anchor)
     want = {(p, v) for p, _d, vs, _g in bmi.INPUTS for v in vs}
     have = {(i["project"], i["version"]) for i in meta["inputs"] if i["dist"] != "c-extractor"}
     assert have == want, "regenerate: python scripts/build_message_index.py"
