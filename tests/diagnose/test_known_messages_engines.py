@@ -231,6 +231,46 @@ FIXED: dict[str, tuple[str, str]] = {
         '  File "/usr/local/lib/python3.10/dist-packages/flashinfer/decode.py", line 800, in plan\n'
         'RuntimeError: FlashInfer requires sm75+\n'
         '[2025-06-27 19:02:11] Received sigquit from a child process. It usually means the child failed.\n'),
+    # flash-attn csrc/flash_attn/flash_api.cpp TORCH_CHECK, as a TGI shard prints it; https://github.com/Dao-AILab/flash-attention/issues/762
+    'tgi-flashattn-ampere': ('library-version',
+        '2024-05-01T01:16:50.101Z  INFO text_generation_launcher: Args { model_id: "meta-llama/Llama-2-70b-chat-hf", num_shard: Some(2), max_input_tokens: None }\n'
+        '2024-05-01T01:16:50.201Z  INFO text_generation_launcher: Sharding model on 2 processes\n'
+        '2024-05-01T01:16:52.618Z  INFO shard-manager: text_generation_launcher: Starting shard rank=0\n'
+        '2024-05-01T01:16:52.619Z  INFO shard-manager: text_generation_launcher: Starting shard rank=1\n'
+        '2024-05-01T01:17:02.618Z  INFO shard-manager: text_generation_launcher: Waiting for shard to be ready... rank=0\n'
+        '2024-05-01T01:17:10.553Z ERROR text_generation_launcher: Error when initializing model\n'
+        'Traceback (most recent call last):\n'
+        '  File "/opt/conda/bin/text-generation-server", line 8, in <module>\n'
+        '    sys.exit(app())\n'
+        '  File "/opt/conda/lib/python3.10/site-packages/text_generation_server/layers/attention/cuda.py", line 250, in attention\n'
+        'RuntimeError: FlashAttention only supports Ampere GPUs or newer.\n'
+        '2024-05-01T01:17:11.052Z ERROR shard-manager: text_generation_launcher: Shard complete standard error output:\n'
+        ' rank=0\n'
+        'Error: ShardCannotStart\n'
+        '2024-05-01T01:17:11.149Z ERROR text_generation_launcher: Shard 0 failed to start\n'
+        '2024-05-01T01:17:11.149Z  INFO text_generation_launcher: Shutting down shards\n'),
+    # nccl-tests src/common.h CUDACHECK ('Test CUDA failure'); https://github.com/NVIDIA/nccl-tests/issues/165 (was exit 0 before the entry)
+    'nccl-tests-bad-ordinal': ('config-invalid',
+        '# nThread 1 nGpus 1 minBytes 8 maxBytes 8589934592 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0\n'
+        '#\n'
+        '# Using devices\n'
+        '#  Rank  0 Group  0 Pid 215836 on   node-a device  0 [0x1a] NVIDIA H100 80GB HBM3\n'
+        '#  Rank  1 Group  0 Pid 215837 on   node-a device  1 [0x1b] NVIDIA H100 80GB HBM3\n'
+        'node-a:215836:215836 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.5<0>\n'
+        'node-a:215836:215836 [0] NCCL INFO NCCL version 2.21.5+cuda12.4\n'
+        "node-a: Test CUDA failure common.cu:944 'invalid device ordinal'\n"
+        ' .. node-a pid 215836: Test failure common.cu:891\n'),
+    # nccl-tests src/common.h CUDACHECK with cudaGetErrorString 'out of memory'
+    'nt-cuda-oom-alone': ('out-of-memory',
+        '# nThread 1 nGpus 1 minBytes 8 maxBytes 8589934592 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0\n'
+        '#\n'
+        '# Using devices\n'
+        '#  Rank  0 Group  0 Pid 215836 on   node-a device  0 [0x1a] NVIDIA H100 80GB HBM3\n'
+        '#  Rank  1 Group  0 Pid 215837 on   node-a device  1 [0x1b] NVIDIA H100 80GB HBM3\n'
+        'node-a:215836:215836 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.5<0>\n'
+        'node-a:215836:215836 [0] NCCL INFO NCCL version 2.21.5+cuda12.4\n'
+        "node-a: Test CUDA failure common.cu:892 'out of memory'\n"
+        ' .. node-a pid 215836: Test failure common.cu:891\n'),
 }
 
 HEALTHY: dict[str, str] = {
@@ -286,6 +326,48 @@ HEALTHY: dict[str, str] = {
         '# Out of bounds values : 0 OK\n'
         '# Avg bus bandwidth    : 79.91 \n'
         '#\n'),
+    # SGLang serving with its 'KV cache pool is full. Retract requests.' warning (scheduler.py): it goes on
+    'sg-retract-warn-healthy': (
+        "[2025-06-27 19:01:50] server_args=ServerArgs(model_path='Qwen/Qwen2.5-7B-Instruct', tp_size=1)\n"
+        '[2025-06-27 19:01:58 TP0] Init torch distributed begin.\n'
+        '[2025-06-27 19:01:59 TP0] Init torch distributed ends. mem usage=0.00 GB\n'
+        '[2025-06-27 19:02:01 TP0] Load weight begin. avail mem=78.50 GB\n'
+        '[2025-06-27 19:02:09 TP0] Load weight end. type=Qwen2ForCausalLM, dtype=torch.bfloat16, avail mem=63.8 GB, mem usage=14.7 GB.\n'
+        '[2025-06-27 19:02:09 TP0] KV Cache is allocated. #tokens: 1011345, K size: 27.01 GB, V size: 27.01 GB\n'
+        '[2025-06-27 19:02:10 TP0] Capture cuda graph begin. This can take up to several minutes. avail mem=8.71 GB\n'
+        '[2025-06-27 19:02:30 TP0] Capture cuda graph end. Time elapsed: 20.1 s. mem usage=0.52 GB. avail mem=8.19 GB.\n'
+        '[2025-06-27 19:02:31 TP0] max_total_num_tokens=1011345, chunked_prefill_size=8192, max_prefill_tokens=16384, max_running_requests=4096, context_len=32768\n'
+        '[2025-06-27 19:02:32] INFO:     Started server process [123]\n'
+        '[2025-06-27 19:02:32] INFO:     Uvicorn running on http://0.0.0.0:30000 (Press CTRL+C to quit)\n'
+        '[2025-06-27 19:02:33] The server is fired up and ready to roll!\n'
+        '[2025-06-27 19:05:01 TP0] Decode batch. #running-req: 120, #token: 380000, token usage: 0.98, gen throughput (token/s): 2100.5, #queue-req: 30\n'
+        '[2025-06-27 19:05:02 TP0] KV cache pool is full. Retract requests. #retracted_reqs: 3, #new_token_ratio: 0.7000 -> 1.0000\n'
+        '[2025-06-27 19:05:12 TP0] Decode batch. #running-req: 117, #token: 370000, token usage: 0.95, gen throughput (token/s): 2050.1, #queue-req: 33\n'),
+    # TGI start with the launcher's flash-attention / custom-kernel warnings
+    'tgi-healthy-warns': (
+        '2024-05-01T01:16:50.101Z  INFO text_generation_launcher: Args { model_id: "meta-llama/Llama-2-70b-chat-hf", num_shard: Some(2), max_input_tokens: None }\n'
+        '2024-05-01T01:16:50.201Z  INFO text_generation_launcher: Sharding model on 2 processes\n'
+        '2024-05-01T01:16:50.301Z  WARN text_generation_launcher: Could not import Flash Attention enabled models: CUDA is not available\n'
+        "2024-05-01T01:16:50.302Z  WARN text_generation_launcher: We're not using custom kernels.\n"
+        '2024-05-01T01:16:52.618Z  INFO shard-manager: text_generation_launcher: Starting shard rank=0\n'
+        '2024-05-01T01:16:52.619Z  INFO shard-manager: text_generation_launcher: Starting shard rank=1\n'
+        '2024-05-01T01:17:02.618Z  INFO shard-manager: text_generation_launcher: Waiting for shard to be ready... rank=0\n'
+        '2024-05-01T01:17:20.100Z  INFO text_generation_launcher: Server started at unix:///tmp/text-generation-server-0\n'
+        '2024-05-01T01:17:20.200Z  INFO shard-manager: text_generation_launcher: Shard ready in 27.5s rank=0\n'
+        '2024-05-01T01:17:20.300Z  INFO shard-manager: text_generation_launcher: Shard ready in 27.6s rank=1\n'
+        '2024-05-01T01:17:20.400Z  INFO text_generation_launcher: Starting Webserver\n'
+        '2024-05-01T01:17:21.500Z  INFO text_generation_router_v3: backends/v3/src/lib.rs:125: Warming up model\n'
+        '2024-05-01T01:17:30.000Z  INFO text_generation_router_v3: backends/v3/src/lib.rs:137: Setting max batch total tokens to 150000\n'
+        '2024-05-01T01:17:30.100Z  INFO text_generation_router::server: router/src/server.rs:2000: Connected\n'),
+    # Ray's /dev/shm warning (ray/_private/services.py) on a vLLM start that completes
+    'ray-shm-tmp-healthy': (
+        "2025-03-10 11:02:01,000\tWARNING services.py:2152 -- WARNING: The object store is using /tmp instead of /dev/shm because /dev/shm has only 67108864 bytes available. This will harm performance! You may be able to free up space by deleting files in /dev/shm. If you are inside a Docker container, you can increase /dev/shm size by passing '--shm-size=10.24gb' to 'docker run' (or add it to the run_options list in a Ray cluster config). Make sure to set this to more than 30% of available RAM.\n"
+        '2025-03-10 11:02:01,101\tINFO worker.py:1821 -- Started a local Ray instance. View the dashboard at 127.0.0.1:8265 \n'
+        'INFO 03-10 11:02:05 [config.py:1610] Defaulting to use ray for distributed inference\n'
+        'INFO 03-10 11:02:06 [ray_distributed_executor.py:176] use_ray_spmd_worker: True\n'
+        '(RayWorkerWrapper pid=3123) INFO 03-10 11:02:40 [default_loader.py:267] Loading weights took 12.35 seconds\n'
+        'INFO 03-10 11:03:10 [api_server.py:1000] Starting vLLM API server 0 on http://0.0.0.0:8000\n'
+        'INFO:     Application startup complete.\n'),
 }
 
 
