@@ -106,6 +106,24 @@ FIXED = [
     ("_pickle.UnpicklingError: Weights only load failed. This file can still be loaded, to do so you "
      "have two options, do those steps only if you trust the source of the checkpoint.",
      "library-version", "torch-weights-only-load"),
+    # torch c10/core/Device.cpp (v2.5.1) under vLLM's UnspecifiedPlatform
+    # (vllm/platforms/__init__.py, v0.11.0); vllm-project/vllm#27807
+    ("RuntimeError: Device string must not be empty", "config-invalid", "vllm-no-platform-detected"),
+    # c10/cuda/CUDAFunctions.cpp (v2.5.1), cudaErrorSystemNotReady; pytorch/pytorch#35710
+    ("RuntimeError: Unexpected error from cudaGetDeviceCount(). Did you run some cuda functions "
+     "before calling NumCudaDevices() that might have already set an error? Error 802: system not "
+     "yet initialized", "library-version", "cuda-system-not-ready"),
+    # transformers models/auto/tokenization_auto.py (v4.42.4); vllm-project/vllm#38099
+    ("ValueError: Tokenizer class TokenizersBackend does not exist or is not currently imported.",
+     "library-version", "transformers-tokenizer-class-unknown"),
+    # huggingface_hub _snapshot_download.py (v0.24.0); vllm-project/vllm#23684
+    ("huggingface_hub.errors.LocalEntryNotFoundError: Cannot find an appropriate cached snapshot "
+     "folder for the specified revision on the local disk and outgoing traffic has been disabled. "
+     "To enable repo look-ups and downloads online, set 'HF_HUB_OFFLINE=0' as environment variable.",
+     "config-invalid", "hf-offline-model-not-cached"),
+    # aten/src/ATen/cuda/CublasHandlePool.cpp (v2.5.1); EleutherAI/lm-evaluation-harness#1689
+    ("RuntimeError: CUDA error: CUBLAS_STATUS_NOT_INITIALIZED when calling `cublasCreate(handle)`",
+     "out-of-memory", "cublas-handle-not-initialized"),
 ]
 
 # already answered right before known-vllm-torch.toml: the new entries must not take them
