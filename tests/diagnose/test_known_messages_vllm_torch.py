@@ -124,6 +124,11 @@ FIXED = [
     # aten/src/ATen/cuda/CublasHandlePool.cpp (v2.5.1); EleutherAI/lm-evaluation-harness#1689
     ("RuntimeError: CUDA error: CUBLAS_STATUS_NOT_INITIALIZED when calling `cublasCreate(handle)`",
      "out-of-memory", "cublas-handle-not-initialized"),
+    # aten/src/ATen/cuda/CUDAContext.cpp (v2.5.1); vllm-project/vllm#327, pytorch/pytorch#107300
+    ("torch.cuda.DeferredCudaCallError: CUDA call failed lazily at initialization with error: "
+     "device >= 0 && device < num_gpus INTERNAL ASSERT FAILED at "
+     "\"../aten/src/ATen/cuda/CUDAContext.cpp\":50, please report a bug to PyTorch. device=1, "
+     "num_gpus=1", "config-invalid", "cuda-device-count-assert"),
 ]
 
 # already answered right before known-vllm-torch.toml: the new entries must not take them
