@@ -62,8 +62,8 @@ FIXED = [
     ("ValueError: Error initializing torch.distributed using env:// rendezvous: environment variable "
      "MASTER_ADDR expected, but not set", "config-invalid", "torch-rendezvous-env-unset"),
     # flash-attention csrc/flash_attn/flash_api.cpp (v2.6.3); vllm-project/vllm#8189
-    ("RuntimeError: FlashAttention only supports Ampere GPUs or newer.", "config-invalid",
-     "flash-attn-gpu-or-dtype-unsupported"),
+    ("RuntimeError: FlashAttention only supports Ampere GPUs or newer.", "library-version",
+     "flash-attn-needs-ampere"),
     ("RuntimeError: FlashAttention only support fp16 and bf16 data type", "config-invalid",
      "flash-attn-gpu-or-dtype-unsupported"),
     # transformers models/llama/configuration_llama.py (v4.42.4); runpod-workers/worker-vllm#89
