@@ -3,7 +3,8 @@
 Order of work (nothing is written before the last step succeeds):
 
 1. the variant's patch files match their manifest sha256 and are parsed (unidiff);
-2. the checkout is clean and not in the middle of an am/rebase/merge;
+2. the files the series changes have no uncommitted changes (with ``--checkout``: no file has),
+   and the checkout is not in the middle of an am/rebase/merge;
 3. the base ref resolves (else: how to fetch it); no patch path leaves the tree or crosses a
    symlink of the base tree;
 4. markers at the result branch, HEAD and the base decide "already applied" / "not needed";
@@ -182,10 +183,11 @@ class _Plan:
         )
 
 
-def _check_clean(repo: Path) -> None:
-    """No uncommitted changes and no am/rebase/merge in progress (else: UserError)."""
+def _check_clean(repo: Path, paths: list[str] | None) -> None:
+    """No uncommitted changes (among ``paths`` when given, else anywhere) and no
+    am/rebase/merge in progress (else: UserError)."""
     git_dir = repo / ".git" if (repo / ".git").is_dir() else git_dirs(repo)[0]
-    dirty = ge.dirty_paths(repo)
+    dirty = ge.dirty_paths(repo, paths)
     if dirty:
         shown = ", ".join(dirty[:8]) + (f" (+{len(dirty) - 8} more)" if len(dirty) > 8 else "")
         raise UserError(
@@ -275,14 +277,24 @@ def _already_done(
     return None
 
 
+def _touched(parsed: list[ParsedPatch]) -> list[str]:
+    """Every path the series names that stays inside the tree (the others are refused later)."""
+    return sorted({p for pp in parsed for p in (*pp.raw_paths, *pp.paths())
+                   if p and not p.startswith("/") and ".." not in p.split("/")})
+
+
 def _plan(
     series: Series, alias: str, repo: Path, base: str | None, into: str | None,
-    from_alias: str | None, port: bool | None, kind: ApplyKind,
+    from_alias: str | None, port: bool | None, kind: ApplyKind, checkout: bool = False,
 ) -> _Plan | str:
-    """Steps 1-3 of the module doc. A str: the base ref is missing and porting may find it."""
+    """Steps 1-3 of the module doc. A str: the base ref is missing and porting may find it.
+
+    The dirty check looks at the files the series changes (their staged or unstaged edits are
+    what the result branch would collide with); with ``checkout`` at the whole tree, which is
+    switched to the result."""
     target, variant = select(series, alias, from_alias)
     parsed = load_patches(variant)
-    _check_clean(repo)
+    _check_clean(repo, None if checkout else _touched(parsed))
     base_ref = base or target.base_ref or ("HEAD" if from_alias else "")
     if not base_ref:
         raise UserError(f"{alias} has no base ref", hint="pass --base REF")
@@ -383,7 +395,7 @@ def _apply_to_checkout(
     unchanged.
     """
     repo = Path(repo)
-    plan = _plan(series, alias, repo, base, into, from_alias, port, kind)
+    plan = _plan(series, alias, repo, base, into, from_alias, port, kind, checkout)
     if isinstance(plan, str):
         return _port(series, repo, alias, base, plan, from_alias, dry_run)
     _check_only(plan, only)
