@@ -19,10 +19,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from sm120kit.errors import ExitCode, UserError
-from sm120kit.gitrun import prefetch, read_ahead, resolve_many, rev_parse, run_git, tree_modes
+from sm120kit.gitrun import prefetch, read_ahead, resolve_many, run_git, tree_modes
 from sm120kit.models.series import Series, Target, Variant
 from sm120kit.patchset import gitengine as ge
 from sm120kit.patchset.fastapply import apply_fast
@@ -35,12 +35,14 @@ from sm120kit.patchset.markers import (
     variant_marker_states,
 )
 from sm120kit.patchset.patchfile import ParsedPatch, check_patch_paths, parse_patch, prefixes
-from sm120kit.patchset.port import PortResult, fork_clone, port_series, resolve_base
 from sm120kit.patchset.render import new_table
 from sm120kit.patchset.requirements import FlashInferRequirement, requirement
 from sm120kit.patchset.snapshot import git_dirs
 from sm120kit.patchset.targets import DEFAULT_BRANCH_PREFIX, fetch_hint, select
 from sm120kit.report import styled, to_jsonable
+
+if TYPE_CHECKING:  # the porting engine is handed in (Porter) and imported only when it runs
+    from sm120kit.patchset.port import PortResult
 
 
 class ApplyFailed(UserError):
@@ -143,17 +145,27 @@ def _failure_hint(target: Target, failure: ge.AmFailure) -> str:
     )
 
 
-#: what ``apply`` on a checkout returns: the ``git am`` engine's result or the 3-way port's
-CheckoutResult = ApplyResult | PortResult
+if TYPE_CHECKING:
+    #: what ``apply`` on a checkout returns: the ``git am`` engine's result or the 3-way port's
+    CheckoutResult: TypeAlias = ApplyResult | PortResult
+
+#: the 3-way porting engine, :func:`sm120kit.patchset.port.port_series` (its signature): the
+#: caller hands it in, so that an apply that needs no port never imports it
+Porter = Callable[..., "PortResult"]
 
 
 def _port(
-    series: Series, repo: Path, alias: str, base: str | None, into: str,
+    porter: Porter | None, series: Series, repo: Path, alias: str, base: str | None, into: str,
     from_alias: str | None, dry_run: bool, replace: bool = False,
 ) -> PortResult:
-    """Hand over to the 3-way porting engine (:func:`sm120kit.patchset.port.port_series`)."""
-    return port_series(repo, alias, base, into, from_alias, series=series, dry_run=dry_run,
-                       replace=replace)
+    """Hand over to the 3-way porting engine (``porter``)."""
+    if porter is None:
+        raise UserError(
+            f"the {alias} series does not apply as-is to {repo}, and this path has no 3-way "
+            "porting; nothing was changed",
+            hint=f"run `sm120kit apply --branch {alias} --repo {repo} --port`")
+    return porter(repo, alias, base, into, from_alias, series=series, dry_run=dry_run,
+                  replace=replace)
 
 
 @dataclass
@@ -172,6 +184,7 @@ class _Plan:
     kind: ApplyKind
     repo: Path
     alias: str
+    porter: Porter | None = None
 
     def result(self, status: ApplyStatus, commit: str | None, patches: list[PatchOutcome],
                message: str, checked_out: bool = False) -> ApplyResult:
@@ -385,19 +398,22 @@ def _apply_to_checkout(
     kind: ApplyKind = "git",
     only: list[int] | None = None,
     reapply: bool = False,
+    porter: Porter | None = None,
 ) -> CheckoutResult:
     """Apply ``alias``'s variant to the git checkout ``repo`` (see the module doc).
 
     ``only``: apply just these patches (1-based), e.g. the gaps of a fork that already runs DCP.
     ``reapply``: the result branch exists on an older base: apply again and replace it.
-    Returns an :class:`ApplyResult`, or the porting engine's :class:`PortResult` when porting
+    ``porter``: the 3-way porting engine, for when the series does not apply as-is (None: such
+    a target is an error). Returns an :class:`ApplyResult`, or the porting engine's :class:`PortResult` when porting
     ran. Raises :class:`UserError` / :class:`ApplyFailed`; on every error path the checkout is
     unchanged.
     """
     repo = Path(repo)
     plan = _plan(series, alias, repo, base, into, from_alias, port, kind, checkout)
     if isinstance(plan, str):
-        return _port(series, repo, alias, base, plan, from_alias, dry_run)
+        return _port(porter, series, repo, alias, base, plan, from_alias, dry_run)
+    plan.porter = porter
     _check_only(plan, only)
     full = _marker_states(plan)
     states = full if not only else {  # "already applied" judged on the chosen patches alone
@@ -488,12 +504,13 @@ def _not_applied(series: Series, plan: _Plan, wa: ge.WorktreeApply, base: str | 
                  allow_port: bool = True) -> CheckoutResult:
     """``git am`` failed: port when allowed, else the failure (nothing was changed)."""
     if plan.port_allowed and allow_port:
-        return _port(series, plan.repo, plan.alias, base, plan.into, from_alias, dry_run)
+        return _port(plan.porter, series, plan.repo, plan.alias, base, plan.into, from_alias,
+                     dry_run)
     assert wa.failure is not None
     if port is not False and wa.failure.reason == "missing-preimage" and plan.target.release:
         # the alias names the release the preimages come from: port from it, no --from needed
-        ported = _port(series, plan.repo, plan.alias, plan.base_commit, plan.into, plan.alias,
-                       dry_run)
+        ported = _port(plan.porter, series, plan.repo, plan.alias, plan.base_commit, plan.into,
+                       plan.alias, dry_run)
         ported.note = (f"git am -3 lacks the preimage blobs of vllm {plan.target.release}: "
                        f"ported from that release (as with --from {plan.alias})")
         return ported
@@ -504,62 +521,6 @@ def _not_applied(series: Series, plan: _Plan, wa: ge.WorktreeApply, base: str | 
          "variant": plan.variant.name, "kind": plan.kind, "repo": str(plan.repo),
          "base": plan.base_ref, "base_commit": plan.base_commit, "branch": plan.into},
     )
-
-
-def apply_fork(
-    series: Series,
-    alias: str,
-    root: Path | None,
-    *,
-    base: str | None = None,
-    into: str | None = None,
-    checkout: bool = False,
-    dry_run: bool = False,
-    from_alias: str | None = None,
-    port: bool | None = None,
-    progress: Callable[[str], None] | None = None,
-    only: list[int] | None = None,
-    reapply: bool = False,
-) -> CheckoutResult:
-    """``sm120kit apply --branch FORK_ALIAS``: on ``root`` (a checkout), else on a cached clone.
-
-    The base is ``base``, else the alias' branch (local ref, else fetched). The variant is tried
-    with the core engine first (``git am``); when it does not apply, and porting is allowed, it
-    is 3-way ported from ``from_alias`` / the alias' ``port_from``.
-    """
-    target = series.target(alias)
-    ours = root is None
-    if root is None:
-        root = fork_clone(target, progress)
-    # our cached clone: the branch as just fetched (its local branch does not move on a fetch)
-    tip = rev_parse(root, f"refs/remotes/origin/{target.branch}") if ours and not base else None
-    base_sha = tip or resolve_base(root, target, base)
-    into = into or f"{DEFAULT_BRANCH_PREFIX}{alias}"
-    if ours and reapply:  # our cached clone has the old result checked out: let it move
-        run_git(["checkout", "-q", "--detach"], root, check=False)
-    res: CheckoutResult
-    try:
-        res = apply_to_checkout(series, alias, root, base=base_sha, into=into,
-                                checkout=checkout or ours, dry_run=dry_run,
-                                from_alias=from_alias, port=False, only=only, reapply=reapply)
-    except ApplyFailed:
-        if port is False or not (from_alias or target.port_from):
-            raise
-        res = _port(series, root, alias, base_sha, into, from_alias or target.port_from,
-                    dry_run, replace=reapply)
-        if res.status == "ported" and (ours or checkout):
-            proc = run_git(["checkout", "-q", into], root, check=False)
-            res.note = (f"checked out {into} in {root}" if proc.returncode == 0
-                        else f"branch {into} created in {root} (checkout failed: "
-                        f"{proc.stderr.strip()[:120]})")
-        req = requirement(target, series)
-        if req is not None and res.status in ("ported", "would-port"):
-            res.note = (res.note + "; " if res.note else "") + req.line()
-    if target.status == "unverified-here" and res.status in ("ported", "applied"):
-        res.note = (res.note + "; " if res.note else "") + (
-            f"{alias} is not verified by sm120kit's own tests: run `sm120kit verify --repo {root} "
-            f"--branch {alias} --base {base_sha[:12]}` on the result")
-    return res
 
 
 def _checkout(repo: Path, branch: str) -> tuple[bool, str]:
