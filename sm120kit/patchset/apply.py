@@ -362,12 +362,13 @@ def _read_first(variant: Variant, parsed: list[ParsedPatch], base_commit: str,
                 existing: str | None) -> list[str]:
     """The objects the checks read (each a ``<commit>:<path>``), read ahead in one ``git
     cat-file --batch``: the base's trees on the way to every touched path (path safety, the
-    temporary index), the marker files at the base and the result branch, the files fork
-    detection reads first."""
+    temporary index) and the touched files (applied in process), the marker files at the base
+    and the result branch, the files fork detection reads first."""
     paths = {p for pp in parsed for p in (*pp.raw_paths, *pp.paths()) if p}
     dirs = {""} | {pre.rsplit("/", 1)[0] if "/" in pre else "" for p in paths for pre in prefixes(p)}
     markers = marker_files(variant)
     return ([f"{base_commit}:{d}" for d in sorted(dirs)]
+            + [f"{base_commit}:{p}" for p in sorted(paths)]
             + [f"{rev}:{f}" for rev in (base_commit, existing) if rev for f in markers]
             + [f"{base_commit}:{f}" for f in detect_paths(variant)])
 

@@ -29,7 +29,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from sm120kit.gitrun import COMMITTER, run_git, run_git_bytes, tree_entries
+from sm120kit.gitrun import COMMITTER, read_blobs, run_git, run_git_bytes, tree_entries
+from sm120kit.patchset import hunkapply
 from sm120kit.patchset.indexfile import read_index, read_trees, write_index
 from sm120kit.patchset.patchfile import ParsedPatch
 
@@ -250,14 +251,22 @@ def _trees_for(base: _Base, state: dict[str, tuple[str, bytes]], hexlen: int,
 
 
 def _trees(repo: Path, tmp: Path, base_commit: str, patches: Sequence[ParsedPatch],
-           objects: dict[str, bytes]) -> list[str] | None:
-    """The tree after each patch, applied in turn to a small temporary index holding only the
-    touched files (None: one did not apply, or the tree is beyond this path); the new tree
-    objects go to ``objects`` (``{id: body}``), unwritten."""
+           objects: dict[str, bytes], blobs: dict[str, bytes]) -> list[str] | None:
+    """The tree after each patch (None: one did not apply, or the tree is beyond this path);
+    the new tree objects go to ``objects`` and blobs to ``blobs`` (``{id: body}``), unwritten.
+
+    The patches are applied here (:mod:`sm120kit.patchset.hunkapply`) and git applies the whole
+    series once on a small temporary index to confirm the final files; where that module leaves
+    a patch to git, or the two disagree, each patch is applied in turn by ``git apply
+    --cached`` to the temporary index holding only the touched files."""
     paths = {p for pp in patches for p in (*pp.raw_paths, *pp.paths())}
     base = _read_base(repo, base_commit, paths)
     if base is None:
         return None
+    mine = _trees_here(repo, tmp, base_commit, base, patches, blobs)
+    if mine is not None:
+        return [_trees_for(base, state, len(base_commit), objects) for state in mine]
+    blobs.clear()
     index = tmp / "index"
     write_index(index, base.files)
     env = {"GIT_INDEX_FILE": str(index)}
@@ -271,6 +280,48 @@ def _trees(repo: Path, tmp: Path, base_commit: str, patches: Sequence[ParsedPatc
             return None
         trees.append(_trees_for(base, state, hexlen, objects))
     return trees
+
+
+def _trees_here(repo: Path, tmp: Path, base_commit: str, base: _Base,
+                patches: Sequence[ParsedPatch],
+                blobs: dict[str, bytes]) -> list[dict[str, tuple[str, bytes]]] | None:
+    """The touched files after each patch, ``{path: (mode, binary blob id)}``, applied in this
+    process (new contents into ``blobs``), confirmed by one ``git apply --cached`` of the whole
+    series (None: git does it patch by patch)."""
+    diffs = [hunkapply.parse(pp.path.read_bytes()) for pp in patches]
+    if any(d is None for d in diffs):
+        return None
+    hexlen = len(base_commit)
+    have = read_blobs(repo, [f"{base_commit}:{p}" for p in base.files])
+    files: dict[str, tuple[str, bytes]] = {}
+    for p, (mode, _) in base.files.items():
+        content = have.get(f"{base_commit}:{p}")
+        if content is None:
+            return None
+        files[p] = (mode, content)
+    ids = {p: oid for p, (_, oid) in base.files.items()}
+    states: list[dict[str, tuple[str, bytes]]] = []
+    for diff in diffs:
+        changed = hunkapply.apply(diff or [], files)
+        if changed is None:
+            return None
+        for p, now in changed.items():
+            if now is None:
+                files.pop(p, None)
+                ids.pop(p, None)
+                continue
+            files[p] = now
+            oid = _hash(b"blob", now[1], hexlen)
+            blobs.setdefault(oid, now[1])
+            ids[p] = bytes.fromhex(oid)
+        states.append({p: (files[p][0], ids[p]) for p in files})
+    index = tmp / "check-index"
+    write_index(index, base.files)
+    proc = run_git(["apply", "--cached", *(str(pp.path) for pp in patches)], repo,
+                   env={"GIT_INDEX_FILE": str(index)}, check=False,
+                   config=("-c", "index.version=2"))
+    final = read_index(index, base.oid_len) if proc.returncode == 0 else None
+    return states if states and final == states[-1] else None
 
 
 _PACK_TYPES = {"commit": 1, "tree": 2, "blob": 3}
@@ -306,16 +357,18 @@ def write_pack(repo: Path, objects: Sequence[tuple[str, bytes]], hexlen: int = 4
 
 
 def write_commits(repo: Path, base_commit: str, mails: Sequence[_Mail], trees: Sequence[str],
-                  tree_objects: dict[str, bytes]) -> str | None:
-    """Write the new trees and one commit per (mail, tree), chained on ``base_commit``, as one
-    pack; the last commit's id (None: git refused the pack)."""
+                  tree_objects: dict[str, bytes],
+                  blob_objects: dict[str, bytes] | None = None) -> str | None:
+    """Write the new blobs and trees and one commit per (mail, tree), chained on
+    ``base_commit``, as one pack; the last commit's id (None: git refused the pack)."""
     parent = base_commit
     commits: list[tuple[str, bytes]] = []
     for mail, tree in zip(mails, trees, strict=True):
         body = _commit_body(tree, parent, mail)
         parent = _hash(b"commit", body, len(base_commit))
         commits.append(("commit", body))
-    objects = [("tree", body) for body in tree_objects.values()] + commits
+    objects = ([("blob", body) for body in (blob_objects or {}).values()]
+               + [("tree", body) for body in tree_objects.values()] + commits)
     return parent if write_pack(repo, objects, len(base_commit)) else None
 
 
@@ -327,10 +380,11 @@ def apply_fast(repo: Path, base_commit: str, patches: Sequence[ParsedPatch]) -> 
     tmp = Path(tempfile.mkdtemp(prefix="sm120kit-idx-"))
     try:
         tree_objects: dict[str, bytes] = {}
-        trees = _trees(repo, tmp, base_commit, patches, tree_objects)
+        blob_objects: dict[str, bytes] = {}
+        trees = _trees(repo, tmp, base_commit, patches, tree_objects, blob_objects)
         if trees is None:
             return None
         return write_commits(repo, base_commit, [m for m in mails if m is not None], trees,
-                             tree_objects)
+                             tree_objects, blob_objects)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

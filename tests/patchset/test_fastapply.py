@@ -6,6 +6,7 @@ go to ``git am``."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,15 +34,27 @@ def _am(repo: Path, base: str, patches: list[Path]) -> str:
     return git(repo, "rev-parse", "HEAD").strip()
 
 
-def test_real_series_same_commit_as_git_am(tmp_path: Path, release34: Path) -> None:
+def test_real_series_same_commit_as_git_am(tmp_path: Path, release34: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from sm120kit.patchset import fastapply
+
     variant = load_series().variants["v0.34"]
     files = [variant.patch_path(p) for p in variant.patches]
     repo = tmp_path / "vllm"
     git(tmp_path, "clone", "-q", "--shared", str(release34), str(repo))
     base = git(repo, "rev-parse", "v0.34.0^{commit}").strip()
     refs = git(repo, "for-each-ref")
+    in_process: list[object] = []
+    real = fastapply._trees_here
+
+    def spy(*a: Any) -> Any:
+        in_process.append(real(*a))
+        return in_process[-1]
+
+    monkeypatch.setattr(fastapply, "_trees_here", spy)
     fast = apply_fast(repo, base, [parse_patch(f) for f in files])
     assert fast is not None
+    assert in_process and in_process[0] is not None  # applied here, confirmed by git
     assert git(repo, "for-each-ref") == refs  # objects only, no ref
     assert fast == _am(repo, base, files)
     assert git_proc(repo, "fsck", "--no-dangling").returncode == 0
