@@ -185,8 +185,10 @@ def resolve_many(repo: Path, revs: Iterable[str]) -> dict[str, str | None]:
         return {}
     batch = _scope_batch(repo)
     if batch is not None:
-        return {r: o[0] if o is not None and o[1] in ("commit", "tag", "tree", "blob") else None
-                for r, o in batch.query(wanted).items()}
+        got = batch.query([r for r in wanted if not _relative(r)])
+        kinds = ("commit", "tag", "tree", "blob")
+        return {r: o[0] if (o := got.get(r)) is not None and o[1] in kinds else None
+                for r in wanted}
     proc = run_git_bytes(["cat-file", "--batch-check=%(objectname) %(objecttype)"], repo,
                          input=("\n".join(wanted) + "\n").encode("utf-8"), timeout=120)
     lines = proc.stdout.decode("utf-8", "replace").splitlines()
@@ -326,6 +328,13 @@ def prefetch(repo: Path, specs: Iterable[str]) -> None:
     cache.update({(str(repo), s): o for s, o in _cat_batch(repo, wanted).items()})
 
 
+def _relative(spec: str) -> bool:
+    """``<rev>:./x`` or ``<rev>:../x``: git reads the path from the current directory and, for
+    one above the repository, stops the whole ``cat-file --batch``; such a spec is missing."""
+    _, sep, path = spec.partition(":")
+    return bool(sep) and (path.startswith(("./", "../")) or path in (".", ".."))
+
+
 def read_objects(repo: Path, specs: Iterable[str]) -> dict[str, tuple[str, bytes] | None]:
     """``{spec: (type, content)}`` of ``<rev>:<path>`` objects (None: missing), from the
     :func:`read_ahead` scope where prefetched, the rest in one ``git cat-file --batch``."""
@@ -336,9 +345,15 @@ def read_objects(repo: Path, specs: Iterable[str]) -> dict[str, tuple[str, bytes
     return {s: out[s] for s in wanted}
 
 
-def _cat_batch(repo: Path, wanted: list[str]) -> dict[str, tuple[str, bytes] | None]:
+def _cat_batch(repo: Path, specs: list[str]) -> dict[str, tuple[str, bytes] | None]:
+    out_of_tree: dict[str, tuple[str, bytes] | None] = {s: None for s in specs if _relative(s)}
+    wanted = [s for s in specs if s not in out_of_tree]
     if not wanted:
-        return {}
+        return out_of_tree
+    return {**out_of_tree, **_cat_batch_ask(repo, wanted)}
+
+
+def _cat_batch_ask(repo: Path, wanted: list[str]) -> dict[str, tuple[str, bytes] | None]:
     batch = _scope_batch(repo)
     if batch is not None:
         return {s: (o[1], o[2]) if o is not None else None for s, o in batch.query(wanted).items()}

@@ -121,3 +121,20 @@ def test_read_ahead_scope_reads_through_one_cat_file(tmp_path: Path,
     assert proc.poll() == 0  # ended (stdin closed) when the scope closed
     assert gitrun.read_blobs(repo, [f"{head}:a.txt"])[f"{head}:a.txt"] == b"one\r\ntwo\xff\n"
     assert len(started) == 1  # outside a scope: a one-shot process, not a kept one
+
+
+def test_a_path_above_the_repository_is_missing_not_fatal(tmp_path: Path) -> None:
+    """``<rev>:../x`` would stop ``git cat-file --batch`` (git reads it from the current
+    directory): it reads as missing, in a read_ahead scope and outside one, and the reads around
+    it still answer."""
+    from sm120kit import gitrun
+
+    repo = tmp_path / "r"
+    _init(repo)
+    specs = ["HEAD:a.txt", "HEAD:../outside.py", "HEAD:./../x", "HEAD:.."]
+    assert read_blobs(repo, specs) == {"HEAD:a.txt": b"one\r\ntwo\xff\n", "HEAD:../outside.py": None,
+                                       "HEAD:./../x": None, "HEAD:..": None}
+    with gitrun.read_ahead():
+        assert gitrun.resolve_many(repo, ["HEAD:../outside.py", "HEAD^{commit}"])[
+            "HEAD:../outside.py"] is None
+        assert read_blobs(repo, specs)["HEAD:a.txt"] == b"one\r\ntwo\xff\n"
