@@ -24,6 +24,12 @@ cached across runs by sm120kit itself. Exit 0 always: a benchmark reports, it do
 parallel test run, ``"python -m pytest -q -p no:cacheprovider tests/patchset -x"``), stopped when
 the benchmark ends: the ratios under load.
 
+``--index fresh|refreshed``: ``git am`` first refreshes the index, which on a clone made a moment
+ago re-hashes every file written in the same second as the index (racily clean: 50-200 ms, as
+the clock falls), while ``sm120kit apply`` looks at the files it changes only. ``fresh`` (the
+default) times the clones as made; ``refreshed`` runs ``git update-index --refresh`` on both
+clones in a later second first, as a checkout any git command has looked at since.
+
 ``--python PY``: time the sm120kit *installed* in PY's environment (a regular wheel install, as
 users have it: no source checkout on the path, no editable-install finder) instead of this
 checkout; PY's ``-c pass`` is then the --help anchor. A wheel carries no ``patches/``: the
@@ -128,12 +134,18 @@ def bench_help(runs: int) -> str:
     return ratios("help / python -c pass", h, p, "<= 4x")
 
 
-def _apply_round(src: Path, mbox: Path, alias: str, base: Path, i: int) -> tuple[Run, Run]:
+def _apply_round(src: Path, mbox: Path, alias: str, base: Path, i: int,
+                 refreshed: bool = False) -> tuple[Run, Run]:
     a, b = base / f"am{i}", base / f"cli{i}"
     for d in (a, b):
         subprocess.run(["git", "clone", "-q", "--shared", str(src), str(d)], check=True, env=ENV)
         subprocess.run(["git", "-C", str(d), "checkout", "-q", "--detach", f"v{alias[5:]}"],
                        check=True, env=ENV)
+    if refreshed:  # in a later second than every file: no entry is racily clean any more
+        time.sleep(1.05 - time.time() % 1)
+        for d in (a, b):
+            subprocess.run(["git", "-C", str(d), "update-index", "-q", "--refresh"], check=True,
+                           env=ENV)
     am = ["git", "-c", "user.name=bench", "-c", "user.email=bench@localhost", "am", "-3", "-q",
           str(mbox)]
     if i % 2:
@@ -147,11 +159,11 @@ def _apply_round(src: Path, mbox: Path, alias: str, base: Path, i: int) -> tuple
     return t_cli, t_am
 
 
-def bench_apply(rounds: int, release: str) -> str:
+def bench_apply(rounds: int, release: str, refreshed: bool = False) -> str:
     from sm120kit.patchset.release import release_repo
 
     alias = f"vllm-{release}"
-    print(f"apply ({alias}):")
+    print(f"apply ({alias}, {'refreshed' if refreshed else 'fresh'} index):")
     src = release_repo(release, progress=lambda m: print(f"  {m}", file=sys.stderr))
     with tempfile.TemporaryDirectory(prefix="sm120kit-bench-cli-") as td:
         base = Path(td)
@@ -159,7 +171,7 @@ def bench_apply(rounds: int, release: str) -> str:
         mbox = base / "export" / "series.mbox"
         cli, am = Series("python -m sm120kit apply"), Series("git am -3 series.mbox")
         for i in range(rounds + 1):  # round 0 warms the caches and is dropped
-            c, a = _apply_round(src, mbox, alias, base, i)
+            c, a = _apply_round(src, mbox, alias, base, i, refreshed)
             if i:
                 cli.runs.append(c)
                 am.runs.append(a)
@@ -227,6 +239,8 @@ def main() -> int:
     ap.add_argument("--skip", default="", help="comma-separated: help, apply, doctor")
     ap.add_argument("--python", default=None, metavar="PY",
                     help="time the sm120kit installed in this interpreter's environment")
+    ap.add_argument("--index", choices=("fresh", "refreshed"), default="fresh",
+                    help="time on clones as made, or after git update-index --refresh")
     ap.add_argument("--load", default=None, metavar="CMD",
                     help="shell command run in a loop in the background while timing")
     a = ap.parse_args()
@@ -244,7 +258,7 @@ def main() -> int:
         if "help" not in skip:
             lines.append(bench_help(a.runs))
         if "apply" not in skip:
-            lines.append(bench_apply(a.apply_rounds, a.release))
+            lines.append(bench_apply(a.apply_rounds, a.release, a.index == "refreshed"))
         if "doctor" not in skip:
             lines.append(bench_doctor(a.runs, a.anchor_runs))
         print(f"load at the end (1/5/15 min): {_load()}")
