@@ -11,7 +11,10 @@ makes two fresh clones (not timed) and times, in alternating order:
 * ``python -m sm120kit status`` on the unpatched clone (every patch checked with ``git apply``)
   and on the patched branch.
 
-Prints medians and the apply/anchor ratio (target ≤ 1.5×) and status times (target < 0.5 s).
+Each is timed twice over: wall clock and CPU time (user + sys of the process and the children
+it waited for, ``getrusage``; a loaded box inflates it much less than wall time). Prints the
+absolute medians of both, the apply/anchor ratios of both (target ≤ 1.5× wall), the load
+average before and after, and status times (target < 0.5 s).
 
     python scripts/bench_apply.py [--release 0.34.0] [--rounds 7]
 """
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -36,13 +40,23 @@ from sm120kit.models.series import load_series  # noqa: E402
 from sm120kit.patchset.release import release_repo  # noqa: E402
 
 
-def _run(cmd: list[str], cwd: Path, env: dict[str, str]) -> float:
-    t0 = time.perf_counter()
+def _cpu(who: int = resource.RUSAGE_CHILDREN) -> float:
+    r = resource.getrusage(who)
+    return r.ru_utime + r.ru_stime
+
+
+def _run(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float]:
+    """Wall and CPU seconds of one fresh process."""
+    c0, t0 = _cpu(), time.perf_counter()
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
-    dt = time.perf_counter() - t0
+    dt, dc = time.perf_counter() - t0, _cpu() - c0
     if proc.returncode not in (0, 1):
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout}{proc.stderr}")
-    return dt
+    return dt, dc
+
+
+def _load() -> str:
+    return "/".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def main() -> int:
@@ -61,11 +75,12 @@ def main() -> int:
     py = sys.executable
     am = ["git", "-c", "user.name=bench", "-c", "user.email=bench@localhost", "am", "-3", "-q",
           *patch_files]
-    times: dict[str, list[float]] = {k: [] for k in
+    times: dict[str, list[tuple[float, float]]] = {k: [] for k in
                                      ("git am -3", "sm120kit apply", "apply (in-process)",
                                       "status (unpatched)", "status (patched)")}
     from sm120kit.patchset.apply import apply_to_checkout
 
+    load_before = _load()
     with tempfile.TemporaryDirectory(prefix="sm120kit-bench-") as td:
         base = Path(td)
         for i in range(args.rounds + 1):  # round 0 warms caches and is dropped
@@ -73,7 +88,7 @@ def main() -> int:
             for d in (a, b, c):
                 subprocess.run(["git", "clone", "-q", str(src), str(d)], check=True, env=env)
             order = ["am", "apply"] if i % 2 else ["apply", "am"]
-            got: dict[str, float] = {}
+            got: dict[str, tuple[float, float]] = {}
             got["status (unpatched)"] = _run([py, "-m", "sm120kit", "status", "--repo", str(b)], b, env)
             for what in order:
                 if what == "am":
@@ -82,9 +97,10 @@ def main() -> int:
                     got["sm120kit apply"] = _run(
                         [py, "-m", "sm120kit", "apply", "--branch", alias, "--repo", str(b)], b, env
                     )
-            t0 = time.perf_counter()
+            c0, t0 = _cpu() + _cpu(resource.RUSAGE_SELF), time.perf_counter()
             apply_to_checkout(series, alias, c)
-            got["apply (in-process)"] = time.perf_counter() - t0
+            got["apply (in-process)"] = (time.perf_counter() - t0,
+                                         _cpu() + _cpu(resource.RUSAGE_SELF) - c0)
             subprocess.run(["git", "checkout", "-q", f"sm120kit/dcp-{alias}"], cwd=b, check=True, env=env)
             got["status (patched)"] = _run([py, "-m", "sm120kit", "status", "--repo", str(b)], b, env)
             if i:
@@ -92,18 +108,22 @@ def main() -> int:
                     times[k].append(v)
             for d in (a, b, c):
                 shutil.rmtree(d)
-    med = {k: statistics.median(v) for k, v in times.items()}
+    med = {k: statistics.median(w for w, _ in v) for k, v in times.items()}
+    cpu = {k: statistics.median(c for _, c in v) for k, v in times.items()}
     print(f"release {args.release}, variant {variant.name} ({len(patch_files)} patches), "
-          f"{args.rounds} rounds, medians:")
-    for k, v in med.items():
-        print(f"  {k:<20} {v * 1000:8.1f} ms   (min {min(times[k]) * 1000:.1f}, max {max(times[k]) * 1000:.1f})")
-    ratio = med["sm120kit apply"] / med["git am -3"]
-    ratio_lib = med["apply (in-process)"] / med["git am -3"]
-    print(f"ratio sm120kit apply / git am -3: {ratio:.2f}x (target <= 1.5x); "
-          f"in-process: {ratio_lib:.2f}x")
+          f"{args.rounds} rounds, {os.cpu_count()} CPUs, load (1/5/15 min) {load_before} before, "
+          f"{_load()} after; medians:")
+    for k, m in med.items():
+        walls = [w for w, _ in times[k]]
+        print(f"  {k:<20} wall {m * 1000:8.1f} ms (min {min(walls) * 1000:.1f}, max "
+              f"{max(walls) * 1000:.1f})   cpu {cpu[k] * 1000:8.1f} ms")
+    am_w, am_c = med["git am -3"], cpu["git am -3"]
+    print(f"ratio sm120kit apply / git am -3: {med['sm120kit apply'] / am_w:.2f}x wall, "
+          f"{cpu['sm120kit apply'] / am_c:.2f}x cpu (target <= 1.5x wall); in-process: "
+          f"{med['apply (in-process)'] / am_w:.2f}x wall, {cpu['apply (in-process)'] / am_c:.2f}x cpu")
     print(f"status: {med['status (unpatched)']:.3f} s unpatched, {med['status (patched)']:.3f} s "
           "patched (target < 0.5 s)")
-    print(f"(target {target.alias}, cpu count {os.cpu_count()})")
+    print(f"(target {target.alias})")
     return 0
 
 

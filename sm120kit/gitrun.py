@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -177,10 +178,17 @@ def rev_parse(repo: Path, ref: str) -> str | None:
 
 
 def resolve_many(repo: Path, revs: Iterable[str]) -> dict[str, str | None]:
-    """Object ids of several revisions in one ``git cat-file --batch-check`` (None: missing)."""
+    """Object ids of several revisions in one ``git cat-file --batch-check`` (None: missing); in a
+    :func:`read_ahead` scope, by the scope's ``git cat-file --batch``."""
     wanted = list(dict.fromkeys(revs))
     if not wanted:
         return {}
+    batch = _scope_batch(repo)
+    if batch is not None:
+        got = batch.query([r for r in wanted if not _relative(r)])
+        kinds = ("commit", "tag", "tree", "blob")
+        return {r: o[0] if (o := got.get(r)) is not None and o[1] in kinds else None
+                for r in wanted}
     proc = run_git_bytes(["cat-file", "--batch-check=%(objectname) %(objecttype)"], repo,
                          input=("\n".join(wanted) + "\n").encode("utf-8"), timeout=120)
     lines = proc.stdout.decode("utf-8", "replace").splitlines()
@@ -191,20 +199,117 @@ def resolve_many(repo: Path, revs: Iterable[str]) -> dict[str, str | None]:
     return out
 
 
+class _Batch:
+    """One ``git cat-file --batch`` kept open for a :func:`read_ahead` scope: every read of the
+    operation (revisions, paths, markers, trees, and the result's markers after new objects were
+    written: git looks each object up afresh) is a request to it instead of a process of its own.
+    Each request has a deadline (``timeout`` seconds): past it, git is killed and
+    :class:`GitFailed` raised."""
+
+    CHUNK = 16384  # bytes of requests written before their answers are read (pipes hold 64 KiB)
+
+    def __init__(self, repo: Path, timeout: float = 120):
+        self.repo, self.timeout = repo, timeout
+        try:
+            self.proc = subprocess.Popen(
+                ["git", *SAFE_CONFIG, "cat-file", "--batch"], cwd=str(repo), env=git_env(),
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        except FileNotFoundError as exc:
+            if not Path(repo).is_dir():
+                raise UserError(f"{repo} is not a directory") from exc
+            raise UserError("git is not installed or not on PATH", hint="install git >= 2.30") from exc
+
+    def query(self, specs: list[str]) -> dict[str, tuple[str, str, bytes] | None]:
+        """``{spec: (object id, type, content)}`` (None: missing)."""
+        out: dict[str, tuple[str, str, bytes] | None] = {}
+        timer = threading.Timer(self.timeout, self.proc.kill)
+        timer.start()
+        try:
+            i = 0
+            while i < len(specs):
+                chunk: list[str] = []
+                size = 0
+                while i < len(specs) and (not chunk or size < self.CHUNK):
+                    chunk.append(specs[i])
+                    size += len(specs[i]) + 1
+                    i += 1
+                self._ask(chunk, out)
+        finally:
+            timer.cancel()
+        return out
+
+    def _ask(self, chunk: list[str], out: dict[str, tuple[str, str, bytes] | None]) -> None:
+        stdin, stdout = self.proc.stdin, self.proc.stdout
+        assert stdin is not None and stdout is not None
+        try:
+            stdin.write(("\n".join(chunk) + "\n").encode("utf-8"))
+            stdin.flush()
+        except OSError:
+            self._failed()
+        for spec in chunk:
+            head = stdout.readline()
+            if not head.endswith(b"\n"):
+                self._failed()
+            parts = head.decode("utf-8", "replace").split()
+            if len(parts) != 3 or parts[-1] in ("missing", "ambiguous") or not parts[2].isdigit():
+                out[spec] = None
+                continue
+            size = int(parts[2])
+            body = stdout.read(size + 1)
+            if len(body) != size + 1:
+                self._failed()
+            out[spec] = (parts[0], parts[1], body[:size])
+
+    def _failed(self) -> None:
+        self.proc.kill()
+        _, err = self.proc.communicate()
+        raise GitFailed(["cat-file", "--batch"], self.proc.returncode, "",
+                        (err or b"").decode("utf-8", "replace") or "no answer in time")
+
+    def close(self) -> None:
+        try:
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+            self.proc.wait(timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+            self.proc.wait()
+        finally:
+            for f in (self.proc.stdout, self.proc.stderr):
+                if f is not None:
+                    f.close()
+
+
 #: objects read ahead for the operation running now (:func:`read_ahead`): per open scope,
 #: ``{(repo, "<commit id>:<path>"): (type, content) or None}``
 _AHEAD: list[dict[tuple[str, str], tuple[str, bytes] | None]] = []
+#: per open scope, the ``git cat-file --batch`` of each repository read in it
+_BATCHES: list[dict[str, _Batch]] = []
 
 
 @contextmanager
 def read_ahead() -> Iterator[None]:
-    """A scope in which :func:`prefetch` keeps what it read, so that the reads of one operation
-    (paths, markers, trees) share one ``git cat-file --batch``; dropped when the scope ends."""
+    """A scope in which :func:`prefetch` keeps what it read, and in which every object read
+    (:func:`resolve_many`, :func:`read_objects`) goes to one ``git cat-file --batch`` per
+    repository, open until the scope ends."""
     _AHEAD.append({})
+    _BATCHES.append({})
     try:
         yield
     finally:
         _AHEAD.pop()
+        for batch in _BATCHES.pop().values():
+            batch.close()
+
+
+def _scope_batch(repo: Path) -> _Batch | None:
+    """The open scope's ``git cat-file --batch`` for ``repo`` (started on first use), or None."""
+    if not _BATCHES:
+        return None
+    key = str(repo)
+    if key not in _BATCHES[-1]:
+        _BATCHES[-1][key] = _Batch(repo)
+    return _BATCHES[-1][key]
 
 
 def _fixed(spec: str) -> bool:
@@ -223,6 +328,13 @@ def prefetch(repo: Path, specs: Iterable[str]) -> None:
     cache.update({(str(repo), s): o for s, o in _cat_batch(repo, wanted).items()})
 
 
+def _relative(spec: str) -> bool:
+    """``<rev>:./x`` or ``<rev>:../x``: git reads the path from the current directory and, for
+    one above the repository, stops the whole ``cat-file --batch``; such a spec is missing."""
+    _, sep, path = spec.partition(":")
+    return bool(sep) and (path.startswith(("./", "../")) or path in (".", ".."))
+
+
 def read_objects(repo: Path, specs: Iterable[str]) -> dict[str, tuple[str, bytes] | None]:
     """``{spec: (type, content)}`` of ``<rev>:<path>`` objects (None: missing), from the
     :func:`read_ahead` scope where prefetched, the rest in one ``git cat-file --batch``."""
@@ -233,9 +345,18 @@ def read_objects(repo: Path, specs: Iterable[str]) -> dict[str, tuple[str, bytes
     return {s: out[s] for s in wanted}
 
 
-def _cat_batch(repo: Path, wanted: list[str]) -> dict[str, tuple[str, bytes] | None]:
+def _cat_batch(repo: Path, specs: list[str]) -> dict[str, tuple[str, bytes] | None]:
+    out_of_tree: dict[str, tuple[str, bytes] | None] = {s: None for s in specs if _relative(s)}
+    wanted = [s for s in specs if s not in out_of_tree]
     if not wanted:
-        return {}
+        return out_of_tree
+    return {**out_of_tree, **_cat_batch_ask(repo, wanted)}
+
+
+def _cat_batch_ask(repo: Path, wanted: list[str]) -> dict[str, tuple[str, bytes] | None]:
+    batch = _scope_batch(repo)
+    if batch is not None:
+        return {s: (o[1], o[2]) if o is not None else None for s, o in batch.query(wanted).items()}
     proc = run_git_bytes(["cat-file", "--batch"], repo,
                          input=("\n".join(wanted) + "\n").encode("utf-8"), timeout=120)
     out: dict[str, tuple[str, bytes] | None] = {}

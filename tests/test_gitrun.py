@@ -87,3 +87,54 @@ def test_no_git_subprocess_outside_the_runner() -> None:
                 if "git" in names:
                     offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} imports GitPython")
     assert offenders == []
+
+
+def test_read_ahead_scope_reads_through_one_cat_file(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a read_ahead scope every read is a request to one ``git cat-file --batch``: revisions,
+    missing ones, more requests than one pipe-full, and an object written by another git process
+    after the batch started; the process ends with the scope."""
+    from sm120kit import gitrun
+
+    repo = tmp_path / "r"
+    _init(repo)
+    started: list[gitrun._Batch] = []
+    real_init = gitrun._Batch.__init__
+
+    def counting(self: gitrun._Batch, *a: object, **kw: object) -> None:
+        real_init(self, *a, **kw)  # type: ignore[arg-type]
+        started.append(self)
+
+    monkeypatch.setattr(gitrun._Batch, "__init__", counting)
+    head = run_git(["rev-parse", "HEAD"], repo).stdout.strip()
+    with gitrun.read_ahead():
+        ids = gitrun.resolve_many(repo, ["HEAD^{commit}", "refs/heads/nope", "HEAD:a.txt"])
+        assert ids["HEAD^{commit}"] == head and ids["refs/heads/nope"] is None
+        many = [f"{head}:a.txt"] + [f"{head}:missing-{i:05d}-{'x' * 40}" for i in range(800)]
+        got = gitrun.read_blobs(repo, many)
+        assert got[f"{head}:a.txt"] == b"one\r\ntwo\xff\n"
+        assert sum(v is None for v in got.values()) == 800
+        new = run_git(["hash-object", "-w", "--stdin"], repo, input=b"later\n").stdout.strip()
+        assert gitrun.read_objects(repo, [new]) == {new: ("blob", b"later\n")}
+        assert len(started) == 1
+        proc = started[0].proc
+    assert proc.poll() == 0  # ended (stdin closed) when the scope closed
+    assert gitrun.read_blobs(repo, [f"{head}:a.txt"])[f"{head}:a.txt"] == b"one\r\ntwo\xff\n"
+    assert len(started) == 1  # outside a scope: a one-shot process, not a kept one
+
+
+def test_a_path_above_the_repository_is_missing_not_fatal(tmp_path: Path) -> None:
+    """``<rev>:../x`` would stop ``git cat-file --batch`` (git reads it from the current
+    directory): it reads as missing, in a read_ahead scope and outside one, and the reads around
+    it still answer."""
+    from sm120kit import gitrun
+
+    repo = tmp_path / "r"
+    _init(repo)
+    specs = ["HEAD:a.txt", "HEAD:../outside.py", "HEAD:./../x", "HEAD:.."]
+    assert read_blobs(repo, specs) == {"HEAD:a.txt": b"one\r\ntwo\xff\n", "HEAD:../outside.py": None,
+                                       "HEAD:./../x": None, "HEAD:..": None}
+    with gitrun.read_ahead():
+        assert gitrun.resolve_many(repo, ["HEAD:../outside.py", "HEAD^{commit}"])[
+            "HEAD:../outside.py"] is None
+        assert read_blobs(repo, specs)["HEAD:a.txt"] == b"one\r\ntwo\xff\n"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -49,13 +50,15 @@ def apply_cmd(
                                              dry_run=dry_run), as_json)
     if not alias:
         raise UserError("--branch ALIAS is required", hint="`sm120kit targets` lists the aliases")
-    from sm120kit.patchset.apply import apply_fork, apply_to_checkout
+    from sm120kit.patchset.apply import apply_to_checkout
 
     picked = _parse_only(only)
     series = load_series()
     root = resolve_repo(repo)
     target = series.targets.get(alias)
     if target is not None and is_fork(target):  # fetch/clone its branch, apply or 3-way port
+        from sm120kit.patchset.forkapply import apply_fork
+
         res = apply_fork(series, alias, root, base=base, into=into, checkout=checkout,
                          dry_run=dry_run, from_alias=from_alias, port=port, progress=progress(),
                          only=picked, reapply=reapply)
@@ -77,9 +80,16 @@ def apply_cmd(
                             hint="use --into BRANCH")
         res = apply_to_checkout(
             series, alias, root, base=base, into=into, checkout=checkout, dry_run=dry_run,
-            from_alias=from_alias, port=port, only=picked, reapply=reapply,
+            from_alias=from_alias, port=port, only=picked, reapply=reapply, porter=_port_series,
         )
     return emit("apply", res, as_json)
+
+
+def _port_series(*args: Any, **kw: Any) -> Any:
+    """The 3-way porting engine, imported only when an apply needs a port (most do not)."""
+    from sm120kit.patchset.port import port_series
+
+    return port_series(*args, **kw)
 
 
 def _parse_only(only: str | None) -> list[int] | None:

@@ -17,6 +17,7 @@ from typing import Any
 
 from sm120kit.facts.packages import dist_names_matching, get_dist, package_dir, version_ge
 from sm120kit.facts.source import function_params, module_assignment, read_text
+from sm120kit.models.constants import FLASHINFER_VERSION_CHECK_ENV
 
 DECODE_FN = "trtllm_batch_decode_with_kv_cache_mla"
 REQUIRED_PARAMS = ("sparse_mla_top_k", "kv_scale_format", "lse", "return_lse")
@@ -25,7 +26,7 @@ MODULE = "sparse_mla_sm120"
 PROVIDER_RE = r"flashinfer-jit-cache-(sm\d{2,3}[af]?)"
 SM120_MIN = "0.6.14"  # first flashinfer-python with the SM120 sparse-MLA API (kv_scale_format)
 #: FlashInfer aborts at import when flashinfer-cubin's version differs from its own, unless set
-VERSION_CHECK_ENV = "FLASHINFER_DISABLE_VERSION_CHECK"
+VERSION_CHECK_ENV = FLASHINFER_VERSION_CHECK_ENV
 
 
 def cubin_mismatch(version: str | None, cubin: str | None, environ: Mapping[str, str]) -> bool:

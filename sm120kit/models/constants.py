@@ -5,3 +5,6 @@ from __future__ import annotations
 
 #: the first of FLASHINFER_MLA_SPARSE_SM120's kernel block sizes (vLLM's --block-size default there)
 DEFAULT_BLOCK_SIZE = 64
+
+#: FlashInfer aborts at import when flashinfer-cubin's version differs from its own, unless set
+FLASHINFER_VERSION_CHECK_ENV = "FLASHINFER_DISABLE_VERSION_CHECK"

@@ -3,7 +3,8 @@
 Order of work (nothing is written before the last step succeeds):
 
 1. the variant's patch files match their manifest sha256 and are parsed (unidiff);
-2. the checkout is clean and not in the middle of an am/rebase/merge;
+2. the files the series changes have no uncommitted changes (with ``--checkout``: no file has),
+   and the checkout is not in the middle of an am/rebase/merge;
 3. the base ref resolves (else: how to fetch it); no patch path leaves the tree or crosses a
    symlink of the base tree;
 4. markers at the result branch, HEAD and the base decide "already applied" / "not needed";
@@ -18,10 +19,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from sm120kit.errors import ExitCode, UserError
-from sm120kit.gitrun import prefetch, read_ahead, resolve_many, rev_parse, run_git, tree_modes
+from sm120kit.gitrun import prefetch, read_ahead, resolve_many, run_git, tree_modes
 from sm120kit.models.series import Series, Target, Variant
 from sm120kit.patchset import gitengine as ge
 from sm120kit.patchset.fastapply import apply_fast
@@ -34,12 +35,14 @@ from sm120kit.patchset.markers import (
     variant_marker_states,
 )
 from sm120kit.patchset.patchfile import ParsedPatch, check_patch_paths, parse_patch, prefixes
-from sm120kit.patchset.port import PortResult, fork_clone, port_series, resolve_base
 from sm120kit.patchset.render import new_table
 from sm120kit.patchset.requirements import FlashInferRequirement, requirement
 from sm120kit.patchset.snapshot import git_dirs
 from sm120kit.patchset.targets import DEFAULT_BRANCH_PREFIX, fetch_hint, select
 from sm120kit.report import styled, to_jsonable
+
+if TYPE_CHECKING:  # the porting engine is handed in (Porter) and imported only when it runs
+    from sm120kit.patchset.port import PortResult
 
 
 class ApplyFailed(UserError):
@@ -142,18 +145,28 @@ def _failure_hint(target: Target, failure: ge.AmFailure) -> str:
     )
 
 
-#: what ``apply`` on a checkout returns: the ``git am`` engine's result or the 3-way port's
-CheckoutResult = ApplyResult | PortResult
+if TYPE_CHECKING:
+    #: what ``apply`` on a checkout returns: the ``git am`` engine's result or the 3-way port's
+    CheckoutResult: TypeAlias = ApplyResult | PortResult
+
+#: the 3-way porting engine, :func:`sm120kit.patchset.port.port_series` (its signature): the
+#: caller hands it in, so that an apply that needs no port never imports it
+Porter = Callable[..., "PortResult"]
 
 
 def _port(
-    series: Series, repo: Path, alias: str, base: str | None, into: str,
+    porter: Porter | None, series: Series, repo: Path, alias: str, base: str | None, into: str,
     from_alias: str | None, dry_run: bool, replace: bool = False,
     only: list[int] | None = None,
 ) -> PortResult:
-    """Hand over to the 3-way porting engine (:func:`sm120kit.patchset.port.port_series`)."""
-    return port_series(repo, alias, base, into, from_alias, series=series, dry_run=dry_run,
-                       replace=replace, only=only)
+    """Hand over to the 3-way porting engine (``porter``); ``only``: just those patches."""
+    if porter is None:
+        raise UserError(
+            f"the {alias} series does not apply as-is to {repo}, and this path has no 3-way "
+            "porting; nothing was changed",
+            hint=f"run `sm120kit apply --branch {alias} --repo {repo} --port`")
+    return porter(repo, alias, base, into, from_alias, series=series, dry_run=dry_run,
+                  replace=replace, only=only)
 
 
 @dataclass
@@ -172,6 +185,7 @@ class _Plan:
     kind: ApplyKind
     repo: Path
     alias: str
+    porter: Porter | None = None
 
     def result(self, status: ApplyStatus, commit: str | None, patches: list[PatchOutcome],
                message: str, checked_out: bool = False) -> ApplyResult:
@@ -183,10 +197,11 @@ class _Plan:
         )
 
 
-def _check_clean(repo: Path) -> None:
-    """No uncommitted changes and no am/rebase/merge in progress (else: UserError)."""
+def _check_clean(repo: Path, paths: list[str] | None) -> None:
+    """No uncommitted changes (among ``paths`` when given, else anywhere) and no
+    am/rebase/merge in progress (else: UserError)."""
     git_dir = repo / ".git" if (repo / ".git").is_dir() else git_dirs(repo)[0]
-    dirty = ge.dirty_paths(repo)
+    dirty = ge.dirty_paths(repo, paths)
     if dirty:
         shown = ", ".join(dirty[:8]) + (f" (+{len(dirty) - 8} more)" if len(dirty) > 8 else "")
         raise UserError(
@@ -276,14 +291,24 @@ def _already_done(
     return None
 
 
+def _touched(parsed: list[ParsedPatch]) -> list[str]:
+    """Every path the series names that stays inside the tree (the others are refused later)."""
+    return sorted({p for pp in parsed for p in (*pp.raw_paths, *pp.paths())
+                   if p and not p.startswith("/") and ".." not in p.split("/")})
+
+
 def _plan(
     series: Series, alias: str, repo: Path, base: str | None, into: str | None,
-    from_alias: str | None, port: bool | None, kind: ApplyKind,
+    from_alias: str | None, port: bool | None, kind: ApplyKind, checkout: bool = False,
 ) -> _Plan | str:
-    """Steps 1-3 of the module doc. A str: the base ref is missing and porting may find it."""
+    """Steps 1-3 of the module doc. A str: the base ref is missing and porting may find it.
+
+    The dirty check looks at the files the series changes (their staged or unstaged edits are
+    what the result branch would collide with); with ``checkout`` at the whole tree, which is
+    switched to the result."""
     target, variant = select(series, alias, from_alias)
     parsed = load_patches(variant)
-    _check_clean(repo)
+    _check_clean(repo, None if checkout else _touched(parsed))
     base_ref = base or target.base_ref or ("HEAD" if from_alias else "")
     if not base_ref:
         raise UserError(f"{alias} has no base ref", hint="pass --base REF")
@@ -338,12 +363,13 @@ def _read_first(variant: Variant, parsed: list[ParsedPatch], base_commit: str,
                 existing: str | None) -> list[str]:
     """The objects the checks read (each a ``<commit>:<path>``), read ahead in one ``git
     cat-file --batch``: the base's trees on the way to every touched path (path safety, the
-    temporary index), the marker files at the base and the result branch, the files fork
-    detection reads first."""
+    temporary index) and the touched files (applied in process), the marker files at the base
+    and the result branch, the files fork detection reads first."""
     paths = {p for pp in parsed for p in (*pp.raw_paths, *pp.paths()) if p}
     dirs = {""} | {pre.rsplit("/", 1)[0] if "/" in pre else "" for p in paths for pre in prefixes(p)}
     markers = marker_files(variant)
     return ([f"{base_commit}:{d}" for d in sorted(dirs)]
+            + [f"{base_commit}:{p}" for p in sorted(paths)]
             + [f"{rev}:{f}" for rev in (base_commit, existing) if rev for f in markers]
             + [f"{base_commit}:{f}" for f in detect_paths(variant)])
 
@@ -374,19 +400,22 @@ def _apply_to_checkout(
     kind: ApplyKind = "git",
     only: list[int] | None = None,
     reapply: bool = False,
+    porter: Porter | None = None,
 ) -> CheckoutResult:
     """Apply ``alias``'s variant to the git checkout ``repo`` (see the module doc).
 
     ``only``: apply just these patches (1-based), e.g. the gaps of a fork that already runs DCP.
     ``reapply``: the result branch exists on an older base: apply again and replace it.
-    Returns an :class:`ApplyResult`, or the porting engine's :class:`PortResult` when porting
+    ``porter``: the 3-way porting engine, for when the series does not apply as-is (None: such
+    a target is an error). Returns an :class:`ApplyResult`, or the porting engine's :class:`PortResult` when porting
     ran. Raises :class:`UserError` / :class:`ApplyFailed`; on every error path the checkout is
     unchanged.
     """
     repo = Path(repo)
-    plan = _plan(series, alias, repo, base, into, from_alias, port, kind)
+    plan = _plan(series, alias, repo, base, into, from_alias, port, kind, checkout)
     if isinstance(plan, str):
-        return _port(series, repo, alias, base, plan, from_alias, dry_run)
+        return _port(porter, series, repo, alias, base, plan, from_alias, dry_run)
+    plan.porter = porter
     _check_only(plan, only)
     full = _marker_states(plan)
     states = full if not only else {  # "already applied" judged on the chosen patches alone
@@ -478,13 +507,13 @@ def _not_applied(series: Series, plan: _Plan, wa: ge.WorktreeApply, base: str | 
     """``git am`` failed: port when allowed (``only``: just those patches), else the failure
     (nothing was changed)."""
     if plan.port_allowed:
-        return _port(series, plan.repo, plan.alias, base, plan.into, from_alias, dry_run,
-                     replace and plan.existing is not None, only)
+        return _port(plan.porter, series, plan.repo, plan.alias, base, plan.into, from_alias,
+                     dry_run, replace and plan.existing is not None, only)
     assert wa.failure is not None
     if port is not False and wa.failure.reason == "missing-preimage" and plan.target.release:
         # the alias names the release the preimages come from: port from it, no --from needed
-        ported = _port(series, plan.repo, plan.alias, plan.base_commit, plan.into, plan.alias,
-                       dry_run, replace and plan.existing is not None, only)
+        ported = _port(plan.porter, series, plan.repo, plan.alias, plan.base_commit, plan.into,
+                       plan.alias, dry_run, replace and plan.existing is not None, only)
         ported.note = (f"git am -3 lacks the preimage blobs of vllm {plan.target.release}: "
                        f"ported from that release (as with --from {plan.alias})")
         return ported
@@ -495,62 +524,6 @@ def _not_applied(series: Series, plan: _Plan, wa: ge.WorktreeApply, base: str | 
          "variant": plan.variant.name, "kind": plan.kind, "repo": str(plan.repo),
          "base": plan.base_ref, "base_commit": plan.base_commit, "branch": plan.into},
     )
-
-
-def apply_fork(
-    series: Series,
-    alias: str,
-    root: Path | None,
-    *,
-    base: str | None = None,
-    into: str | None = None,
-    checkout: bool = False,
-    dry_run: bool = False,
-    from_alias: str | None = None,
-    port: bool | None = None,
-    progress: Callable[[str], None] | None = None,
-    only: list[int] | None = None,
-    reapply: bool = False,
-) -> CheckoutResult:
-    """``sm120kit apply --branch FORK_ALIAS``: on ``root`` (a checkout), else on a cached clone.
-
-    The base is ``base``, else the alias' branch (local ref, else fetched). The variant is tried
-    with the core engine first (``git am``); when it does not apply, and porting is allowed, it
-    is 3-way ported from ``from_alias`` / the alias' ``port_from``.
-    """
-    target = series.target(alias)
-    ours = root is None
-    if root is None:
-        root = fork_clone(target, progress)
-    # our cached clone: the branch as just fetched (its local branch does not move on a fetch)
-    tip = rev_parse(root, f"refs/remotes/origin/{target.branch}") if ours and not base else None
-    base_sha = tip or resolve_base(root, target, base)
-    into = into or f"{DEFAULT_BRANCH_PREFIX}{alias}"
-    if ours and reapply:  # our cached clone has the old result checked out: let it move
-        run_git(["checkout", "-q", "--detach"], root, check=False)
-    res: CheckoutResult
-    try:
-        res = apply_to_checkout(series, alias, root, base=base_sha, into=into,
-                                checkout=checkout or ours, dry_run=dry_run,
-                                from_alias=from_alias, port=False, only=only, reapply=reapply)
-    except ApplyFailed:
-        if port is False or not (from_alias or target.port_from):
-            raise
-        res = _port(series, root, alias, base_sha, into, from_alias or target.port_from,
-                    dry_run, replace=reapply, only=only)
-        if res.status == "ported" and (ours or checkout):
-            proc = run_git(["checkout", "-q", into], root, check=False)
-            res.note = (f"checked out {into} in {root}" if proc.returncode == 0
-                        else f"branch {into} created in {root} (checkout failed: "
-                        f"{proc.stderr.strip()[:120]})")
-        req = requirement(target, series)
-        if req is not None and res.status in ("ported", "would-port"):
-            res.note = (res.note + "; " if res.note else "") + req.line()
-    if target.status == "unverified-here" and res.status in ("ported", "applied"):
-        res.note = (res.note + "; " if res.note else "") + (
-            f"{alias} is not verified by sm120kit's own tests: run `sm120kit verify --repo {root} "
-            f"--branch {alias} --base {base_sha[:12]}` on the result")
-    return res
 
 
 def _checkout(repo: Path, branch: str) -> tuple[bool, str]:

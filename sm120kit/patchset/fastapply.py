@@ -1,8 +1,9 @@
 """The fast path of ``apply``: the series as commits without a worktree, ``git am`` or 3-way.
 
 Every patch is applied with ``git apply --cached`` to a *temporary* index file (``GIT_INDEX_FILE``
-in a temp dir, primed from the base tree), its tree written with ``git write-tree``, and the
-commits of the whole series are written by one ``git hash-object -t commit --stdin-paths``.
+in a temp dir, primed from the base tree); the trees after each patch and the commits of the
+whole series are computed here and written as one pack by one ``git index-pack --stdin`` (which
+checks every object: loose objects would cost a directory per object on a fresh clone).
 Each commit is byte-for-byte the one ``git am -3 --keep-non-patch
 --committer-date-is-author-date`` makes with sm120kit's committer identity (message: subject and
 body as ``git mailinfo -b`` reads them, cleaned up as ``git am`` does), so the result is the same
@@ -21,12 +22,15 @@ import hashlib
 import posixpath
 import re
 import shutil
+import struct
 import tempfile
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from sm120kit.gitrun import COMMITTER, run_git, tree_entries
+from sm120kit.gitrun import COMMITTER, read_blobs, run_git, run_git_bytes, tree_entries
+from sm120kit.patchset import hunkapply
 from sm120kit.patchset.indexfile import read_index, read_trees, write_index
 from sm120kit.patchset.patchfile import ParsedPatch
 
@@ -246,19 +250,27 @@ def _trees_for(base: _Base, state: dict[str, tuple[str, bytes]], hexlen: int,
     return oid
 
 
-def _trees(repo: Path, tmp: Path, base_commit: str,
-           patches: Sequence[ParsedPatch]) -> list[str] | None:
-    """The tree after each patch, applied in turn to a small temporary index holding only the
-    touched files (None: one did not apply, or the tree is beyond this path)."""
+def _trees(repo: Path, tmp: Path, base_commit: str, patches: Sequence[ParsedPatch],
+           objects: dict[str, bytes], blobs: dict[str, bytes]) -> list[str] | None:
+    """The tree after each patch (None: one did not apply, or the tree is beyond this path);
+    the new tree objects go to ``objects`` and blobs to ``blobs`` (``{id: body}``), unwritten.
+
+    The patches are applied here (:mod:`sm120kit.patchset.hunkapply`) and git applies the whole
+    series once on a small temporary index to confirm the final files; where that module leaves
+    a patch to git, or the two disagree, each patch is applied in turn by ``git apply
+    --cached`` to the temporary index holding only the touched files."""
     paths = {p for pp in patches for p in (*pp.raw_paths, *pp.paths())}
     base = _read_base(repo, base_commit, paths)
     if base is None:
         return None
+    mine = _trees_here(repo, tmp, base_commit, base, patches, blobs)
+    if mine is not None:
+        return [_trees_for(base, state, len(base_commit), objects) for state in mine]
+    blobs.clear()
     index = tmp / "index"
     write_index(index, base.files)
     env = {"GIT_INDEX_FILE": str(index)}
     hexlen = len(base_commit)
-    objects: dict[str, bytes] = {}
     trees: list[str] = []
     for pp in patches:
         proc = run_git(["apply", "--cached", str(pp.path)], repo, env=env, check=False,
@@ -267,35 +279,97 @@ def _trees(repo: Path, tmp: Path, base_commit: str,
         if state is None:
             return None
         trees.append(_trees_for(base, state, hexlen, objects))
-    if not _write_objects(repo, tmp, "tree", objects):
-        return None
     return trees
 
 
-def _write_objects(repo: Path, tmp: Path, kind: str, objects: dict[str, bytes]) -> bool:
-    """Write ``{id: body}`` with one ``git hash-object``; True when git computed the same ids."""
+def _trees_here(repo: Path, tmp: Path, base_commit: str, base: _Base,
+                patches: Sequence[ParsedPatch],
+                blobs: dict[str, bytes]) -> list[dict[str, tuple[str, bytes]]] | None:
+    """The touched files after each patch, ``{path: (mode, binary blob id)}``, applied in this
+    process (new contents into ``blobs``), confirmed by one ``git apply --cached`` of the whole
+    series (None: git does it patch by patch)."""
+    diffs = [hunkapply.parse(pp.path.read_bytes()) for pp in patches]
+    if any(d is None for d in diffs):
+        return None
+    hexlen = len(base_commit)
+    have = read_blobs(repo, [f"{base_commit}:{p}" for p in base.files])
+    files: dict[str, tuple[str, bytes]] = {}
+    for p, (mode, _) in base.files.items():
+        content = have.get(f"{base_commit}:{p}")
+        if content is None:
+            return None
+        files[p] = (mode, content)
+    ids = {p: oid for p, (_, oid) in base.files.items()}
+    states: list[dict[str, tuple[str, bytes]]] = []
+    for diff in diffs:
+        changed = hunkapply.apply(diff or [], files)
+        if changed is None:
+            return None
+        for p, now in changed.items():
+            if now is None:
+                files.pop(p, None)
+                ids.pop(p, None)
+                continue
+            files[p] = now
+            oid = _hash(b"blob", now[1], hexlen)
+            blobs.setdefault(oid, now[1])
+            ids[p] = bytes.fromhex(oid)
+        states.append({p: (files[p][0], ids[p]) for p in files})
+    index = tmp / "check-index"
+    write_index(index, base.files)
+    proc = run_git(["apply", "--cached", *(str(pp.path) for pp in patches)], repo,
+                   env={"GIT_INDEX_FILE": str(index)}, check=False,
+                   config=("-c", "index.version=2"))
+    final = read_index(index, base.oid_len) if proc.returncode == 0 else None
+    return states if states and final == states[-1] else None
+
+
+_PACK_TYPES = {"commit": 1, "tree": 2, "blob": 3}
+
+
+def pack_bytes(objects: Sequence[tuple[str, bytes]], hexlen: int = 40) -> bytes:
+    """A version-2 pack of whole (not deltified) objects ``(type, body)``, its trailer the
+    SHA-1 (``hexlen`` 64: SHA-256) of what precedes it."""
+    out = [b"PACK", struct.pack(">II", 2, len(objects))]
+    for kind, body in objects:
+        size = len(body)
+        head = bytearray()
+        byte = (_PACK_TYPES[kind] << 4) | (size & 0x0F)
+        size >>= 4
+        while size:
+            head.append(byte | 0x80)
+            byte = size & 0x7F
+            size >>= 7
+        head.append(byte)
+        out.append(bytes(head) + zlib.compress(body))
+    data = b"".join(out)
+    return data + (hashlib.sha1 if hexlen == 40 else hashlib.sha256)(data).digest()
+
+
+def write_pack(repo: Path, objects: Sequence[tuple[str, bytes]], hexlen: int = 40) -> bool:
+    """Store ``objects`` in ``repo`` with one ``git index-pack --stdin`` (git checks the pack
+    and indexes it; nothing is written when it refuses). True when it took them."""
     if not objects:
         return True
-    files = []
-    for i, body in enumerate(objects.values()):
-        f = tmp / f"{kind}-{i}"
-        f.write_bytes(body)
-        files.append(str(f))
-    proc = run_git(["hash-object", "-t", kind, "-w", "--stdin-paths"], repo,
-                   input=("\n".join(files) + "\n").encode("utf-8"), check=False)
-    return proc.returncode == 0 and proc.stdout.split() == list(objects)
+    proc = run_git_bytes(["index-pack", "--stdin"], repo, input=pack_bytes(objects, hexlen),
+                         check=False)
+    return proc.returncode == 0
 
 
-def write_commits(repo: Path, tmp: Path, base_commit: str, mails: Sequence[_Mail],
-                  trees: Sequence[str]) -> str | None:
-    """Write one commit per (mail, tree), chained on ``base_commit``; the last one's id."""
+def write_commits(repo: Path, base_commit: str, mails: Sequence[_Mail], trees: Sequence[str],
+                  tree_objects: dict[str, bytes],
+                  blob_objects: dict[str, bytes] | None = None) -> str | None:
+    """Write the new blobs and trees and one commit per (mail, tree), chained on
+    ``base_commit``, as one pack; the last commit's id (None: git refused the pack)."""
     parent = base_commit
-    objects: dict[str, bytes] = {}
+    commits: list[tuple[str, bytes]] = []
     for mail, tree in zip(mails, trees, strict=True):
         body = _commit_body(tree, parent, mail)
         parent = _hash(b"commit", body, len(base_commit))
-        objects[parent] = body
-    return parent if _write_objects(repo, tmp, "commit", objects) else None
+        commits.append(("commit", body))
+    objects = ([("blob", body) for body in (blob_objects or {}).values()]
+               + [("tree", body) for body in tree_objects.values()] + commits)
+    return parent if write_pack(repo, objects, len(base_commit)) else None
 
 
 def apply_fast(repo: Path, base_commit: str, patches: Sequence[ParsedPatch]) -> str | None:
@@ -305,9 +379,12 @@ def apply_fast(repo: Path, base_commit: str, patches: Sequence[ParsedPatch]) -> 
         return None
     tmp = Path(tempfile.mkdtemp(prefix="sm120kit-idx-"))
     try:
-        trees = _trees(repo, tmp, base_commit, patches)
+        tree_objects: dict[str, bytes] = {}
+        blob_objects: dict[str, bytes] = {}
+        trees = _trees(repo, tmp, base_commit, patches, tree_objects, blob_objects)
         if trees is None:
             return None
-        return write_commits(repo, tmp, base_commit, [m for m in mails if m is not None], trees)
+        return write_commits(repo, base_commit, [m for m in mails if m is not None], trees,
+                             tree_objects, blob_objects)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

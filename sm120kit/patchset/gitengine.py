@@ -112,11 +112,16 @@ class WorktreeApply:
     failure: AmFailure | None = None
 
 
-def dirty_paths(repo: Path) -> list[str]:
-    """Tracked files with staged or unstaged changes (``git status`` codes + path)."""
+def dirty_paths(repo: Path, paths: Sequence[str] | None = None) -> list[str]:
+    """Tracked files with staged or unstaged changes (``git status`` codes + path); with
+    ``paths``, only among those (literal paths: git refreshes just their index entries, not the
+    whole tree's, which on a fresh clone means re-hashing every racily clean file)."""
+    if paths is not None and not paths:
+        return []
     out = run_git(
-        ["status", "--porcelain=v1", "-z", "--untracked-files=no", "--ignore-submodules=none"],
-        repo,
+        ["status", "--porcelain=v1", "-z", "--untracked-files=no", "--ignore-submodules=none",
+         *(["--", *paths] if paths is not None else [])],
+        repo, env={"GIT_LITERAL_PATHSPECS": "1"} if paths is not None else None,
     ).stdout
     items: list[str] = []
     recs = out.split("\0")

@@ -59,7 +59,8 @@ from sm120kit.errors import ExitCode, UserError
 from sm120kit.gitrun import AM_CONFIG, run_git
 from sm120kit.models.series import Series, Variant, load_series
 from sm120kit.patchset.release import find_cached_wheel, release_tree
-from sm120kit.patchset.requirements import FlashInferRequirement, check_installed
+from sm120kit.patchset.requirement_check import check_installed
+from sm120kit.patchset.requirements import FlashInferRequirement
 from sm120kit.paths import cache_dir
 from sm120kit.report import styled
 

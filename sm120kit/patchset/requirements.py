@@ -4,22 +4,20 @@ vLLM 0.25.x pins flashinfer-python 0.6.13, whose ``trtllm_batch_decode_with_kv_c
 ``kv_scale_format`` and which has no SM120 sparse-MLA module: the SM120 backend cannot run with
 the pin. Such a target carries ``requires_flashinfer`` in the manifest. The installed FlashInfer is
 judged by its source (the decode function's signature and the SM120 module, read without
-importing it, ``sm120kit.facts.flashinfer``), never by vLLM's pin.
+importing it, ``sm120kit.facts.flashinfer``; :mod:`sm120kit.patchset.requirement_check`), never
+by vLLM's pin. This module only states the requirement: ``apply`` on a checkout reads no
+environment and does not import the readers.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from sm120kit.facts import flashinfer as fif
-from sm120kit.facts.packages import get_dist
+from sm120kit.models.constants import FLASHINFER_VERSION_CHECK_ENV as VERSION_CHECK_ENV
 from sm120kit.models.series import Series, Target
 
 ReqStatus = Literal["met", "unmet", "unchecked"]
-VERSION_CHECK_ENV = fif.VERSION_CHECK_ENV
 
 
 @dataclass
@@ -66,28 +64,3 @@ def requirement(target: Target, series: Series | None = None) -> FlashInferRequi
     if not m:
         return None
     return FlashInferRequirement(target.alias, m, "unchecked", fix=fix_text(m, None))
-
-
-def check_installed(target: Target, paths: Sequence[str] | None) -> FlashInferRequirement | None:
-    """The target's requirement judged against the FlashInfer on ``paths`` (a sys.path)."""
-    if not target.requires_flashinfer:
-        return None
-    m = target.requires_flashinfer
-    info = fif.inspect(paths)
-    cubin_dist = get_dist("flashinfer-cubin", paths)
-    cubin = cubin_dist.version if cubin_dist else None
-    missing: list[str] = []
-    if not info.installed:
-        missing = ["flashinfer-python"]
-    elif info.decode_params is None:
-        missing = [fif.DECODE_FN]
-    else:
-        missing = list(info.missing_params)
-        if not info.sm120_module:
-            missing.append("mla/_sparse_mla_sm120")
-    fix = fix_text(m, cubin)
-    if not missing and fif.cubin_mismatch(info.version, cubin, os.environ):
-        missing = [f"flashinfer-cubin {cubin} != {info.version} without {VERSION_CHECK_ENV}=1"]
-        fix = f"export {VERSION_CHECK_ENV}=1 (flashinfer-cubin has no {info.version} release)"
-    status: ReqStatus = "unmet" if missing else "met"
-    return FlashInferRequirement(target.alias, m, status, info.version, missing, cubin, fix)

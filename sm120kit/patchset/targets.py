@@ -7,6 +7,7 @@ embedded default (a release repository built from the PyPI wheel) is used by ``a
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,11 +20,35 @@ DEFAULT_BRANCH_PREFIX = "sm120kit/dcp-"
 _VERSION_RE = re.compile(r"""^__version__\s*=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""", re.M)
 
 
+#: a config line that may make a repository bare, move its work tree or pull in other files
+_GIT_CONFIG_ELSEWHERE = re.compile(
+    r"^\s*(?:bare\b(?!\s*=\s*false\s*$)|worktree\b|\[\s*include)", re.M | re.I)
+
+
+def _own_top(path: Path) -> Path | None:
+    """``path`` when it is plainly the top of a checkout, as ``git rev-parse --show-toplevel``
+    would say without a process: its ``.git`` is a directory with a ``HEAD``, both it and the
+    directory belong to this user (git's ``safe.directory`` rule), and its config neither makes
+    it bare, nor moves the work tree, nor includes other files. Anything else: None (ask git)."""
+    git_dir = path / ".git"
+    try:
+        uid = os.geteuid()
+        if (not (git_dir / "HEAD").is_file() or path.stat().st_uid != uid
+                or git_dir.stat().st_uid != uid):
+            return None
+        config = (git_dir / "config").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    return None if _GIT_CONFIG_ELSEWHERE.search(config) else path.resolve()
+
+
 def checkout_root(path: Path) -> Path | None:
     """Top level of the git checkout containing ``path`` (None outside one, or for a bare repo)."""
     path = Path(path)
     if not path.exists():
         return None
+    if path.is_dir() and (own := _own_top(path)) is not None:
+        return own
     cwd = path if path.is_dir() else path.parent
     proc = run_git(["rev-parse", "--show-toplevel"], cwd, check=False)
     top = proc.stdout.strip()

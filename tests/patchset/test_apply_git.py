@@ -167,6 +167,28 @@ def test_dirty_tree_is_refused_and_listed(
                     "uncommitted changes", f"M {SM120}", f"M {SPARSE_UTILS}", "git stash")
 
 
+def test_dirty_file_the_series_does_not_touch_is_left_alone(
+    mini_series: MiniSeries, checkout: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An edit outside the series' files does not collide with the result branch: apply goes
+    on (without refreshing the whole index) and leaves the edit, staged or not, as it was; with
+    --checkout the whole tree must be clean, as the tree is switched."""
+    other, staged = checkout / "vllm" / "__init__.py", checkout / "vllm" / "envs.py"
+    other.write_text(other.read_text() + "# wip\n")
+    staged.write_text(staged.read_text() + "# staged wip\n")
+    git(checkout, "add", "vllm/envs.py")
+    _assert_refused(capsys, checkout, ["--branch", ALIAS, "--repo", str(checkout), "--checkout"],
+                    "uncommitted changes", "M vllm/__init__.py", "M vllm/envs.py")
+    index_before = (checkout / ".git" / "index").read_bytes()
+    rc, doc = _json(capsys, "--branch", ALIAS, "--repo", str(checkout))
+    assert rc == 0 and doc["status"] == "applied", doc
+    assert other.read_text().endswith("# wip\n") and staged.read_text().endswith("# staged wip\n")
+    assert (checkout / ".git" / "index").read_bytes() == index_before
+    assert git(checkout, "status", "--porcelain", "--untracked-files=no").split() == [
+        "M", "vllm/__init__.py", "M", "vllm/envs.py"]
+    assert "# wip" not in git(checkout, "show", f"{BRANCH}:vllm/__init__.py")
+
+
 def test_stash_and_other_worktrees_survive_a_failure(
     mini_series: MiniSeries, checkout: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

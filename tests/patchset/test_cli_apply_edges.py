@@ -68,3 +68,35 @@ def test_apply_json_checked_out_on_idempotent_rerun(
     git(checkout, "checkout", "-q", "v0.34.0")
     rc, out, _ = _cli(capsys, "apply", "--branch", ALIAS, "--repo", str(checkout), "--json")
     assert rc == 0 and json.loads(out)["checked_out"] is False
+
+
+def test_checkout_root_without_git_agrees_with_git(tmp_path: Path) -> None:
+    """The top of a plain checkout is found without a git process; a subdirectory, a linked
+    worktree, a repository whose config makes it bare, moves its work tree or includes other
+    files is left to ``git rev-parse --show-toplevel`` (same answers as git's)."""
+    from sm120kit.gitrun import run_git
+    from sm120kit.patchset.targets import _own_top, checkout_root
+
+    repo = tmp_path / "repo"
+    (repo / "sub").mkdir(parents=True)
+    run_git(["init", "-q", "-b", "main"], repo)
+    (repo / "sub" / "f").write_text("x\n")
+    run_git(["add", "."], repo)
+    run_git(["-c", "user.name=t", "-c", "user.email=t@x", "commit", "-q", "-m", "f"], repo)
+    run_git(["worktree", "add", "-q", str(tmp_path / "wt")], repo)
+
+    def git_top(p: Path) -> Path | None:
+        proc = run_git(["rev-parse", "--show-toplevel"], p, check=False)
+        return Path(proc.stdout.strip()) if proc.returncode == 0 else None
+
+    assert _own_top(repo) == repo.resolve() == checkout_root(repo) == git_top(repo)
+    assert _own_top(repo / "sub") is None and checkout_root(repo / "sub") == git_top(repo)
+    assert _own_top(tmp_path / "wt") is None
+    assert checkout_root(tmp_path / "wt") == git_top(tmp_path / "wt") == (tmp_path / "wt").resolve()
+    for key, value in (("core.bare", "true"), ("core.worktree", str(tmp_path)),
+                       ("include.path", str(tmp_path / "other.cfg"))):
+        run_git(["config", key, value], repo)
+        assert _own_top(repo) is None, key
+        assert checkout_root(repo) == git_top(repo), key
+        run_git(["config", "--unset", key], repo)
+    assert _own_top(repo) == repo.resolve()

@@ -6,6 +6,7 @@ go to ``git am``."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,15 +34,27 @@ def _am(repo: Path, base: str, patches: list[Path]) -> str:
     return git(repo, "rev-parse", "HEAD").strip()
 
 
-def test_real_series_same_commit_as_git_am(tmp_path: Path, release34: Path) -> None:
+def test_real_series_same_commit_as_git_am(tmp_path: Path, release34: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from sm120kit.patchset import fastapply
+
     variant = load_series().variants["v0.34"]
     files = [variant.patch_path(p) for p in variant.patches]
     repo = tmp_path / "vllm"
     git(tmp_path, "clone", "-q", "--shared", str(release34), str(repo))
     base = git(repo, "rev-parse", "v0.34.0^{commit}").strip()
     refs = git(repo, "for-each-ref")
+    in_process: list[object] = []
+    real = fastapply._trees_here
+
+    def spy(*a: Any) -> Any:
+        in_process.append(real(*a))
+        return in_process[-1]
+
+    monkeypatch.setattr(fastapply, "_trees_here", spy)
     fast = apply_fast(repo, base, [parse_patch(f) for f in files])
     assert fast is not None
+    assert in_process and in_process[0] is not None  # applied here, confirmed by git
     assert git(repo, "for-each-ref") == refs  # objects only, no ref
     assert fast == _am(repo, base, files)
     assert git_proc(repo, "fsck", "--no-dangling").returncode == 0
@@ -102,3 +115,38 @@ def test_mails_left_to_git_mailinfo(tmp_path: Path, header: str) -> None:
     odd = tmp_path / "odd.patch"
     odd.write_text("\n".join(lines))
     assert read_mail(odd) is None
+
+
+@pytest.mark.parametrize("fmt", ["sha1", "sha256"])
+def test_write_pack_stores_objects_git_reads_back(tmp_path: Path, fmt: str) -> None:
+    """The pack fastapply writes (one ``git index-pack --stdin``, no directory per object) holds
+    blobs, trees and commits of any size, read back byte for byte, in SHA-1 and SHA-256
+    repositories; git refuses a damaged pack and nothing readable is added."""
+    import hashlib
+
+    from sm120kit.gitrun import run_git_bytes
+    from sm120kit.patchset.fastapply import pack_bytes, write_pack
+
+    repo = tmp_path / fmt
+    git(tmp_path, "init", "-q", f"--object-format={fmt}", str(repo))
+    algo, hexlen = (hashlib.sha1, 40) if fmt == "sha1" else (hashlib.sha256, 64)
+
+    def oid(kind: str, body: bytes) -> str:
+        return algo(kind.encode() + b" %d\0" % len(body) + body).hexdigest()
+
+    big = bytes(range(256)) * 300  # a size that takes three bytes of the pack's varint
+    blob_id = oid("blob", big)
+    tree = b"100644 big.bin\0" + bytes.fromhex(blob_id)
+    tree_id = oid("tree", tree)
+    commit = (f"tree {tree_id}\nauthor a <a@x> 1 +0000\ncommitter a <a@x> 1 +0000\n\nm\n").encode()
+    objects = [("blob", big), ("tree", tree), ("commit", commit)]
+    assert write_pack(repo, objects, hexlen)
+    for kind, body in objects:
+        assert run_git_bytes(["cat-file", kind, oid(kind, body)], repo).stdout == body
+    assert "big.bin" in git(repo, "ls-tree", "-r", oid("commit", commit))
+    assert git_proc(repo, "fsck", "--strict", check=False).returncode == 0
+    damaged = bytearray(pack_bytes([("blob", b"other\n")], hexlen))
+    damaged[-1] ^= 1
+    assert run_git_bytes(["index-pack", "--stdin"], repo, input=bytes(damaged),
+                         check=False).returncode != 0
+    assert git_proc(repo, "cat-file", "-e", oid("blob", b"other\n"), check=False).returncode != 0
