@@ -1,4 +1,5 @@
-"""Checks shared by the frozen held-out corpora's manifest tests (field-logs-holdout-2, -3).
+"""Checks shared by the frozen corpora's manifest tests (field-logs-holdout-2, -3, -4,
+field-logs-c): the checks, and the five tests every such corpus has (``frozen_corpus_tests``).
 
 Data only, never ``diagnose``: the entry schema (the fields of tests/data/field-logs/
 manifest.json), files present, the folder listing, disjointness from every other corpus of this
@@ -10,8 +11,11 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -119,3 +123,40 @@ def check_frozen(here: Path, entries: list[dict[str, Any]]) -> None:
     assert set(frozen) == {e["file"] for e in entries} | {"manifest.json", "README.md"}
     for name, digest in frozen.items():
         assert hashlib.sha256((here / name).read_bytes()).hexdigest() == digest, name
+
+
+def slug_id(entry: dict[str, Any]) -> None:
+    """The id is `<repo name>-<thread number>` (`vllm-<n>` for vllm-project/vllm)."""
+    repo = entry["repo"]
+    slug = "vllm" if repo == "vllm-project/vllm" else repo.split("/")[1].lower()
+    assert entry["id"] == f"{slug}-{entry['source_url'].rsplit('/', 1)[1]}"
+
+
+def frozen_corpus_tests(here: Path, entries: list[dict[str, Any]], required: tuple[str, ...] = (),
+                        id_check: Callable[[dict[str, Any]], None] | None = None
+                        ) -> tuple[Callable[..., None], ...]:
+    """The five tests of a frozen corpus, for its test module to bind under their names:
+    schema (and ``id_check``), files, listing, disjointness from ``required`` and the freeze."""
+    ids = [e["id"] for e in entries]
+
+    @pytest.mark.parametrize("entry", entries, ids=ids)
+    def test_entry_schema(entry: dict[str, Any]) -> None:
+        check_entry(entry)
+        if id_check is not None:
+            id_check(entry)
+
+    @pytest.mark.parametrize("entry", entries, ids=ids)
+    def test_file_present_and_utf8(entry: dict[str, Any]) -> None:
+        check_file(here / entry["file"])
+
+    def test_ids_unique_and_every_file_listed() -> None:
+        check_listing(here, entries)
+
+    def test_no_thread_shared_with_another_corpus() -> None:
+        check_disjoint(here, entries, required)
+
+    def test_frozen_hashes_match() -> None:
+        check_frozen(here, entries)
+
+    return (test_entry_schema, test_file_present_and_utf8, test_ids_unique_and_every_file_listed,
+            test_no_thread_shared_with_another_corpus, test_frozen_hashes_match)

@@ -11,18 +11,12 @@ every file, and the mix it was collected for.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
-
-import pytest
 
 from tests.diagnose.corpus_checks import (
     DATA,
-    check_disjoint,
-    check_entry,
-    check_file,
-    check_frozen,
-    check_listing,
+    frozen_corpus_tests,
     manifest,
+    slug_id,
 )
 
 HERE = DATA / "field-logs-c"
@@ -31,32 +25,9 @@ REQUIRED = ("field-logs", "field-logs-b", "field-logs-holdout", "field-logs-hold
             "field-logs-holdout-3", "field-logs-holdout-4", "vllm-logs")
 
 
-def _slug(repo: str) -> str:
-    return "vllm" if repo == "vllm-project/vllm" else repo.split("/")[1].lower()
-
-
-@pytest.mark.parametrize("entry", MANIFEST, ids=[e["id"] for e in MANIFEST])
-def test_entry_schema(entry: dict[str, Any]) -> None:
-    check_entry(entry)
-    number = entry["source_url"].rsplit("/", 1)[1]
-    assert entry["id"] == f"{_slug(entry['repo'])}-{number}"
-
-
-@pytest.mark.parametrize("entry", MANIFEST, ids=[e["id"] for e in MANIFEST])
-def test_file_present_and_utf8(entry: dict[str, Any]) -> None:
-    check_file(HERE / entry["file"])
-
-
-def test_ids_unique_and_every_file_listed() -> None:
-    check_listing(HERE, MANIFEST)
-
-
-def test_no_thread_shared_with_another_corpus() -> None:
-    check_disjoint(HERE, MANIFEST, REQUIRED)
-
-
-def test_frozen_hashes_match() -> None:
-    check_frozen(HERE, MANIFEST)
+(test_entry_schema, test_file_present_and_utf8, test_ids_unique_and_every_file_listed,
+ test_no_thread_shared_with_another_corpus, test_frozen_hashes_match) = frozen_corpus_tests(
+    HERE, MANIFEST, REQUIRED, slug_id)
 
 
 # entries whose quote comes from the excerpt's own post (the others quote a later post)

@@ -10,17 +10,10 @@ set cannot change without that file (and the commit that changes it) saying so.
 from __future__ import annotations
 
 import hashlib
-from typing import Any
-
-import pytest
 
 from tests.diagnose.corpus_checks import (
     DATA,
-    check_disjoint,
-    check_entry,
-    check_file,
-    check_frozen,
-    check_listing,
+    frozen_corpus_tests,
     manifest,
 )
 
@@ -28,26 +21,9 @@ HERE = DATA / "field-logs-holdout-2"
 MANIFEST = manifest(HERE)
 
 
-@pytest.mark.parametrize("entry", MANIFEST, ids=[e["id"] for e in MANIFEST])
-def test_entry_schema(entry: dict[str, Any]) -> None:
-    check_entry(entry)
-
-
-@pytest.mark.parametrize("entry", MANIFEST, ids=[e["id"] for e in MANIFEST])
-def test_file_present_and_utf8(entry: dict[str, Any]) -> None:
-    check_file(HERE / entry["file"])
-
-
-def test_ids_unique_and_every_file_listed() -> None:
-    check_listing(HERE, MANIFEST)
-
-
-def test_no_thread_shared_with_another_corpus() -> None:
-    check_disjoint(HERE, MANIFEST)
-
-
-def test_frozen_hashes_match() -> None:
-    check_frozen(HERE, MANIFEST)
+(test_entry_schema, test_file_present_and_utf8, test_ids_unique_and_every_file_listed,
+ test_no_thread_shared_with_another_corpus, test_frozen_hashes_match) = frozen_corpus_tests(
+    HERE, MANIFEST, ())
 
 
 def test_every_thread_on_this_side_of_the_hash_split() -> None:

@@ -12,15 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from tests.diagnose.corpus_checks import (
     DATA,
-    check_disjoint,
-    check_entry,
-    check_file,
-    check_frozen,
-    check_listing,
+    frozen_corpus_tests,
     manifest,
 )
 
@@ -30,30 +24,15 @@ REQUIRED = ("field-logs", "field-logs-b", "field-logs-holdout", "field-logs-hold
             "vllm-logs")
 
 
-@pytest.mark.parametrize("entry", MANIFEST, ids=[e["id"] for e in MANIFEST])
-def test_entry_schema(entry: dict[str, Any]) -> None:
-    check_entry(entry)
-    number = entry["source_url"].rsplit("/", 1)[1]
-    assert entry["id"].endswith(f"-{number}")
+def _id_names_its_thread(entry: dict[str, Any]) -> None:
+    assert entry["id"].endswith(f"-{entry['source_url'].rsplit('/', 1)[1]}")
     # `vllm-<n>` names only vllm-project/vllm threads (forks and other repos named vllm differ)
     assert entry["id"].startswith("vllm-") == (entry["repo"] == "vllm-project/vllm")
 
 
-@pytest.mark.parametrize("entry", MANIFEST, ids=[e["id"] for e in MANIFEST])
-def test_file_present_and_utf8(entry: dict[str, Any]) -> None:
-    check_file(HERE / entry["file"])
-
-
-def test_ids_unique_and_every_file_listed() -> None:
-    check_listing(HERE, MANIFEST)
-
-
-def test_no_thread_shared_with_another_corpus() -> None:
-    check_disjoint(HERE, MANIFEST, REQUIRED)
-
-
-def test_frozen_hashes_match() -> None:
-    check_frozen(HERE, MANIFEST)
+(test_entry_schema, test_file_present_and_utf8, test_ids_unique_and_every_file_listed,
+ test_no_thread_shared_with_another_corpus, test_frozen_hashes_match) = frozen_corpus_tests(
+    HERE, MANIFEST, REQUIRED, _id_names_its_thread)
 
 
 def test_mix_of_outcomes_and_causes() -> None:
