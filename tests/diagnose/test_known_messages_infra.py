@@ -99,6 +99,19 @@ FIXED: dict[str, tuple[str, str]] = {
         "dgxh100-3:225140:225355 [0] misc/ibvwrap.cc:187 NCCL WARN Call to ibv_modify_qp failed with error Network is unreachable\n"
         "dgxh100-3:225140:225355 [0] NCCL INFO transport/net_ib.cc:579 -> 2\n"
         "dgxh100-3:225140:225355 [0] NCCL INFO transport/net.cc:728 -> 2\n")),
+    # NCCL v2.21.5-1 src/transport/net_socket.cc (init); https://github.com/NVIDIA/nccl/issues/210
+    'nccl-socket-no-interface': ('p2p-transport', _VLLM + (
+        "node-b:20311:20311 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.2<0>\n"
+        "node-b:20311:20398 [0] NCCL INFO NCCL_SOCKET_IFNAME set by environment to ib0\n"
+        "node-b:20311:20398 [0] NCCL INFO NET/IB : No device found.\n"
+        "node-b:20311:20398 [0] transport/net_socket.cc:56 NCCL WARN NET/Socket : no interface found\n"
+        "node-b:20311:20398 [0] NCCL INFO net.cc:38 -> 3\n")),
+    # torch v2.5.1 torch/distributed/distributed_c10d.py; https://github.com/pytorch/pytorch/issues/159742
+    'torch-no-nccl': ('library-version', (
+        "Traceback (most recent call last):\n"
+        '  File "C:\\Python39\\lib\\site-packages\\torch\\distributed\\distributed_c10d.py", line 1750, in _new_process_group_helper\n'
+        '    raise RuntimeError("Distributed package doesn\'t have NCCL built in")\n'
+        "RuntimeError: Distributed package doesn't have NCCL built in\n")),
 }
 
 HEALTHY: dict[str, str] = {
