@@ -68,6 +68,16 @@ FIXED = [
     ("ValueError: Could not detect config format for no config file found. With config_format "
      "'auto', ensure your model has either config.json (HF format) or params.json (Mistral "
      "format).", "config-invalid", "vllm-model-config-not-found"),
+    # csrc/quantization/cutlass_w8a8/scaled_mm_entry.cu (v0.10.2), the grouped MoE GEMM with
+    # kernels for SM90/SM100 only, on an SM120 card; vllm-project/vllm#24921 (before: rank-crashed)
+    ("NotImplementedError: No compiled get_cutlass_moe_mm_data: no cutlass_scaled_mm kernel for "
+     "CUDA device capability: 120. Required capability: 90 or 100", "library-version",
+     "vllm-cutlass-kernel-not-compiled-for-arch"),
+    # the same entry point (v0.6.3), a wheel without kernels for the card; vllm-project/vllm#9419
+    # (before: rank-crashed)
+    ("NotImplementedError: Error in calling custom op cutlass_scaled_mm: No compiled "
+     "cutlass_scaled_mm for a compute capability less than CUDA device capability: 120",
+     "library-version", "vllm-cutlass-kernel-not-compiled-for-arch"),
 ]
 
 
