@@ -78,6 +78,13 @@ FIXED = [
     ("NotImplementedError: Error in calling custom op cutlass_scaled_mm: No compiled "
      "cutlass_scaled_mm for a compute capability less than CUDA device capability: 120",
      "library-version", "vllm-cutlass-kernel-not-compiled-for-arch"),
+    # vllm/v1/engine/utils.py (v0.11.0); ray-project/kuberay#4366 (before: rank-crashed)
+    ("ValueError: Not enough resources to allocate 2 placement groups, only created 1 placement "
+     "groups. Available resources: {'CPU': 8.0, 'GPU': 1.0}", "config-invalid",
+     "vllm-dp-placement-groups-short"),
+    # vllm/lora/worker_manager.py (v0.6.3); vllm-project/vllm#3374 (before: rank-crashed)
+    ("RuntimeError: Number of requested LoRAs (5) is greater than the number of GPU LoRA slots "
+     "(4).", "config-invalid", "vllm-lora-slots-exceeded"),
 ]
 
 
