@@ -12,9 +12,13 @@ CONFIDENCE = 0.4
 
 
 def check(ctx: RuleContext) -> list[Finding]:
-    # the first traceback whose frames the map places: a chained report prints the root first,
-    # but an excerpt may hold only its tail (frames of a kernel call, no module of a known role)
-    found = next(((tb, h) for tb in ctx.facts.tracebacks[:4] if (h := place(tb.frames))), None)
+    # the first traceback whose frames the map places, of the process that failed first: a
+    # chained report prints the root first, but an excerpt may hold only its tail (frames of a
+    # kernel call, no module of a known role); other processes' tracebacks are its cascade
+    tbs = ctx.facts.tracebacks
+    first = tbs[0].proc if tbs else None
+    found = next(((tb, h) for tb in tbs[:4] if tb.proc == first and (h := place(tb.frames))),
+                 None)
     if found is None:
         return []
     tb, (rule, f) = found
