@@ -98,9 +98,10 @@ def test_a_short_deadline_is_not_collected_in_time(healthy: Any, tmp_path: Path)
 
 
 def test_ctrl_c_leaves_an_interrupted_bundle(healthy: Any, tmp_path: Path) -> None:
-    # a 10 s sample gap keeps the nodes busy long enough to see progress lines and interrupt
+    # a 25 s sample gap keeps the nodes busy well past the two progress lines (5 s apart) the
+    # test waits for: with 10 s a loaded box sent SIGINT after the nodes had finished (exit 0)
     p = subprocess.Popen(_argv(healthy.address, tmp_path / "out", "--ray-worker-class", CLASS,
-                               "--deadline", "60", "--sample-gap", "10"),
+                               "--deadline", "60", "--sample-gap", "25"),
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     seen: list[tuple[float, str]] = []
 
