@@ -28,6 +28,7 @@ command works without it.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import sys
 import tempfile
@@ -497,7 +498,8 @@ def gather(ray: Any, bundle: Bundle, nodes: list[RayNode], workers: list[RayWork
     if on_event:
         on_event(f"collecting from {len(pending)} node(s) ({len(workers)} vLLM worker actors)")
     try:
-        _await(ray, bundle, pending, outcomes, t0, deadline, on_event)
+        with _ctrl_c_kept():
+            _await(ray, bundle, pending, outcomes, t0, deadline, on_event)
     except KeyboardInterrupt:
         bundle.meta["interrupted"] = True
         for n in pending.values():
@@ -527,12 +529,38 @@ def _cancel(ray: Any, refs: list[Any]) -> None:
             pass
 
 
+_CTRL_C = threading.Event()
+
+
+@contextmanager
+def _ctrl_c_kept() -> Iterator[None]:
+    """Ctrl-C while the nodes are awaited is never lost: the handler records it before it
+    raises, since a KeyboardInterrupt raised inside ``ray.wait``'s native call can be swallowed
+    there (the wait then just returns); ``_await`` raises it again on its next turn."""
+    _CTRL_C.clear()
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_int(signum: int, frame: Any) -> None:
+        _CTRL_C.set()
+        raise KeyboardInterrupt
+
+    prev = signal.signal(signal.SIGINT, on_int)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, prev)
+
+
 def _await(ray: Any, bundle: Bundle, pending: dict[Any, RayNode],
            outcomes: dict[str, NodeOutcome], t0: float, deadline: float,
            on_event: Callable[[str], None] | None) -> None:
     """Take the nodes' answers as they come until ``deadline``; ``pending`` keeps the rest."""
     next_line = time.monotonic() + PROGRESS_EVERY_S
     while pending:
+        if _CTRL_C.is_set():
+            raise KeyboardInterrupt
         now = time.monotonic()
         left = deadline - now
         if left <= 0:
