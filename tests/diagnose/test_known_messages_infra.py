@@ -9,13 +9,12 @@ The NCCL INFO lines and c10d socket warnings of a working run stay exit 0."""
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 
 import pytest
 
 from sm120kit.diagnose import catalogue as C
-from sm120kit.diagnose.engine import diagnose
+from tests.diagnose.known_checks import assert_healthy, assert_named
 
 KNOWN = Path(C.__file__).resolve().parent / "known-infra.toml"
 
@@ -134,26 +133,12 @@ HEALTHY: dict[str, str] = {
 }
 
 
-def _ids() -> set[str]:
-    return {e["id"] for e in tomllib.loads(KNOWN.read_text())["entry"]}
-
-
 @pytest.mark.parametrize("name", sorted(FIXED))
 def test_infra_message_names_its_cause(name: str, tmp_path: Path) -> None:
     expected, text = FIXED[name]
-    log = tmp_path / f"{name}.log"
-    log.write_text(text)
-    res = diagnose([log])
-    assert res.exit_code == 1 and res.findings, res.verdict
-    top = res.findings[0]
-    assert top.category == expected, (top.category, top.rule, top.summary)
-    assert top.rule in _ids(), (top.rule, "the answer must come from known-infra.toml")
-    assert 0.35 <= top.confidence <= 0.8, top.confidence
+    assert_named(KNOWN, name, expected, text, tmp_path)
 
 
 @pytest.mark.parametrize("name", sorted(HEALTHY))
 def test_infra_healthy_run_stays_exit_0(name: str, tmp_path: Path) -> None:
-    log = tmp_path / f"{name}.log"
-    log.write_text(HEALTHY[name])
-    res = diagnose([log])
-    assert res.exit_code == 0 and not res.findings, res.verdict
+    assert_healthy(name, HEALTHY[name], tmp_path)
