@@ -87,7 +87,7 @@ def console(stderr: bool = False) -> Any:
     if _is_terminal(stream) or os.environ.get("FORCE_COLOR") or os.environ.get("TTY_COMPATIBLE"):
         from rich.console import Console
 
-        return Console(stderr=stderr, highlight=False, soft_wrap=True)
+        return Console(stderr=stderr, highlight=False, soft_wrap=True, emoji=False)
     return PlainOutput(stderr=stderr, width=columns())
 
 
@@ -143,7 +143,7 @@ class PlainOutput:
     """The console for output that is not a terminal, without importing rich (~40 ms) for what
     it prints itself: plain strings and :class:`LiteTable` rows, whose markup is at most one
     ``[style]text[/style]`` span (:func:`_lite_plain`). Anything else (a rich renderable, other
-    markup, a control character, an emoji code) goes, the whole call, to the rich-based plain
+    markup, a control character) goes, the whole call, to the rich-based plain
     console (:func:`_plain_console_class`), which prints it the same way; so does any other
     attribute."""
 
@@ -176,6 +176,7 @@ class PlainOutput:
     def _rich_console(self) -> Any:
         if self._rich is None:
             self._rich = _plain_console_class()(stderr=self.stderr, highlight=False, soft_wrap=True,
+                                                emoji=False,
                                                 width=self._width, color_system=None,
                                                 file=self._file)
         return self._rich
@@ -215,19 +216,18 @@ class PlainOutput:
 
 
 _LITE_SPAN = re.compile(r"\[([a-z][a-z ]*)\]([^\[\]]*)\[/\1\]")
-_EMOJI_LIKE = re.compile(r":\S*?:")
 
 
 def _lite_plain(text: str) -> str | None:
     """``text`` without its markup when that is plain text or one ``[style]span[/style]`` (what
-    :func:`styled` makes) and holds nothing rich would change (an emoji code, a control
+    :func:`styled` makes) and holds nothing rich would change (a control
     character); else None (rich decides)."""
     if "[" in text:
         m = _LITE_SPAN.fullmatch(text)
         if m is None:
             return None
         text = m.group(2)
-    if "]" in text or _EMOJI_LIKE.search(text) or not text.replace("\n", "").isprintable():
+    if "]" in text or not text.replace("\n", "").isprintable():
         return None
     return text
 
@@ -290,7 +290,7 @@ def plain_text(obj: Any) -> str:
         return obj.plain
     if isinstance(obj, str):
         try:
-            return Text.from_markup(obj).plain
+            return Text.from_markup(obj, emoji=False).plain
         except Exception:  # not markup after all (an unbalanced '[' in a log line)
             return obj
     return str(obj)

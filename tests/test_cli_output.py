@@ -154,3 +154,17 @@ def test_terminal_gets_rich_tables() -> None:
     finally:
         os.close(master)
     assert BOX & set(b"".join(chunks).decode("utf-8", "replace"))
+
+
+def test_log_lines_are_never_read_as_emoji_codes(tmp_path: Path) -> None:
+    """NCCL prefixes its lines with ``host:pid:tid``; ``:1234:`` is also a rich emoji code, and a
+    quoted log line must come out as it was written, piped or on a terminal."""
+    log = tmp_path / "nccl.txt"
+    line = 'node1:1234:1234 [0] transport/p2p.cc:275 NCCL WARN Cuda failure \'peer access is not supported\''
+    log.write_text(line + "\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
+    for extra in ({}, {"FORCE_COLOR": "1"}):
+        p = subprocess.run([sys.executable, "-m", "sm120kit", "diagnose", str(log)],
+                           capture_output=True, text=True, env={**env, **extra}, timeout=120)
+        assert "node1:1234:1234 [0]" in p.stdout, p.stdout
+        assert "\N{INPUT SYMBOL FOR NUMBERS}" not in p.stdout

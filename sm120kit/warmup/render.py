@@ -151,7 +151,7 @@ class LiveProgress:
         from rich.console import Console
         from rich.live import Live
 
-        self.console = Console(stderr=True, highlight=False)
+        self.console = Console(stderr=True, highlight=False, emoji=False)
         self.t0 = time.monotonic()
         self.live = Live(console=self.console, refresh_per_second=8, transient=True)
         self.dcp = dcp
