@@ -15,7 +15,7 @@ from sm120kit.cli import options
 from sm120kit.diagnose.catalogue import explain
 from sm120kit.diagnose.catalogue import load as load_catalogue
 from sm120kit.diagnose.engine import DiagnoseResult, diagnose
-from sm120kit.diagnose.msgindex.lookup import lookup_line
+from sm120kit.diagnose.explain_line import explain_line
 from sm120kit.diagnose.rules.base import Finding
 from sm120kit.errors import UserError
 from sm120kit.report import clip_words, console, dump_json
@@ -35,8 +35,8 @@ from sm120kit.report import clip_words, console, dump_json
 @click.option("--explain", "explain_id", default=None, metavar="ID",
               help="Print one catalogue entry (patterns, fix, sources) and exit.")
 @click.option("--explain-line", "explain_line", default=None, metavar="TEXT",
-              help="Look one log line up in the message index (template, source file:line, "
-              "releases, category) and exit.")
+              help="Look one log line up: the catalogue entries that name it and the message-index "
+              "templates it matches (source file:line, releases, category); then exit.")
 def diagnose_cmd(inputs: tuple[str, ...], as_json: bool, as_markdown: bool, max_ranks: int,
                  config_path: str | None, catalogues: tuple[str, ...],
                  explain_id: str | None, explain_line: str | None) -> int:
@@ -50,7 +50,7 @@ def diagnose_cmd(inputs: tuple[str, ...], as_json: bool, as_markdown: bool, max_
         if explain_id is not None:
             return _explain(explain_id, catalogues, as_json)
         if explain_line is not None:
-            return _explain_line(explain_line, as_json)
+            return _explain_line(explain_line, catalogues, as_json)
         if not inputs:
             raise UserError("nothing to diagnose", hint="sm120kit diagnose LOG|DIR|BUNDLE.tar.gz")
         res = diagnose(list(inputs), config=config_path, catalogue=list(catalogues))
@@ -81,11 +81,21 @@ def _explain(eid: str, catalogues: tuple[str, ...], as_json: bool) -> int:
     return 0
 
 
-def _explain_line(text: str, as_json: bool) -> int:
-    d = lookup_line(text)
+def _explain_line(text: str, catalogues: tuple[str, ...], as_json: bool) -> int:
+    d = explain_line(text, load_catalogue(catalogues))
     if as_json:
         dump_json("diagnose", d, exit_code=0)
         return 0
+    if d["advice"]:
+        click.echo("advice, help or a finished step: never read as evidence of a fault")
+    for e in d["entries"]:
+        click.echo(f"[{e['category']}] catalogue entry {e['id']} ({e['role']}, "
+                   f"confidence {e['confidence']:.2f}): {e['summary']}")
+        for w in e["when"]:
+            click.echo(f"  needs {w}")
+        click.echo(f"  {e['file']}; source {e['sources'][0] if e['sources'] else 'none'}")
+    if not d["entries"] and not d["advice"]:
+        click.echo("no catalogue entry names this line")
     if not d["matches"]:
         click.echo(f"no indexed message matches ({d['index']['templates']} templates)")
     for m in d["matches"]:

@@ -249,3 +249,27 @@ def test_index_shipped_with_the_c_templates() -> None:
                   "to a hardware issue. If you still want to proceed, you can set "
                   "NCCL_IGNORE_DISABLED_P2P=1.")
     assert m and m[0].template.project == "nccl" and m[0].template.category == "p2p-transport"
+
+
+def test_explain_line_names_the_catalogue_entry_and_its_conditions() -> None:
+    """--explain-line reads the curated catalogue too: a torch OOM is named by its entry (id,
+    category, file, source), an advice line is said to be advice, and the index part stays."""
+    oom = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
+           "total capacity of 94.97 GiB of which 1.06 GiB is free.")
+    proc = subprocess.run([sys.executable, "-m", "sm120kit", "diagnose", "--json",
+                           "--explain-line", oom], capture_output=True, text=True, env=ENV,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    res = json.loads(proc.stdout)
+    assert res["entries"] and res["entries"][0]["category"] == "out-of-memory", res["entries"]
+    assert res["entries"][0]["file"].endswith(".toml") and res["entries"][0]["sources"]
+    assert res["advice"] is False and any(m["category"] == "out-of-memory" for m in res["matches"])
+    human = subprocess.run([sys.executable, "-m", "sm120kit", "diagnose", "--explain-line", oom],
+                           capture_output=True, text=True, env=ENV, timeout=60)
+    assert f"catalogue entry {res['entries'][0]['id']}" in human.stdout
+    hint = ("If you are running out of memory, consider decreasing `gpu_memory_utilization` or "
+            "enforcing eager mode.")
+    adv = json.loads(subprocess.run([sys.executable, "-m", "sm120kit", "diagnose", "--json",
+                                     "--explain-line", hint], capture_output=True, text=True,
+                                    env=ENV, timeout=60).stdout)
+    assert adv["advice"] is True and adv["entries"] == []
