@@ -1,5 +1,5 @@
 """Checks shared by the frozen corpora's manifest tests (field-logs-holdout-2, -3, -4,
-field-logs-c): the checks, and the five tests every such corpus has (``frozen_corpus_tests``).
+field-logs-c, -d): the checks, and the five tests every such corpus has (``frozen_corpus_tests``).
 
 Data only, never ``diagnose``: the entry schema (the fields of tests/data/field-logs/
 manifest.json), files present, the folder listing, disjointness from every other corpus of this

@@ -1,0 +1,78 @@
+"""The fourth corpus (tests/data/field-logs-d) is well formed, frozen and disjoint.
+
+It checks the data, not ``diagnose`` (the corpus was collected blind to measure how diagnose
+generalizes, README "Rules of blindness"): the schema of every entry (the fields of
+tests/data/field-logs/manifest.json), that every file is there, non-empty UTF-8 with LF line
+ends, that no source thread is shared with any other corpus of this repository (the tuning
+sets, vllm-logs and every held-out set: each GitHub thread URL their manifests and READMEs
+name), that FROZEN.sha256 still matches every file, and the mix it was collected for.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from tests.diagnose.corpus_checks import (
+    DATA,
+    frozen_corpus_tests,
+    manifest,
+    slug_id,
+)
+
+HERE = DATA / "field-logs-d"
+MANIFEST = manifest(HERE)
+REQUIRED = ("field-logs", "field-logs-b", "field-logs-c", "field-logs-holdout",
+            "field-logs-holdout-2", "field-logs-holdout-3", "field-logs-holdout-4", "vllm-logs")
+
+
+(test_entry_schema, test_file_present_and_utf8, test_ids_unique_and_every_file_listed,
+ test_no_thread_shared_with_another_corpus, test_frozen_hashes_match) = frozen_corpus_tests(
+    HERE, MANIFEST, REQUIRED, slug_id)
+
+
+# entries whose quote comes from the excerpt's own post (the others quote a later post)
+QUOTED_IN_EXCERPT = ("gpustack-4678", "jax-toolbox-183", "nccl-697", "sglang-282")
+
+
+def test_quotes_name_the_source_thread_and_match_the_excerpt() -> None:
+    for entry in MANIFEST:
+        cause = entry["established_cause"]
+        if cause is not None:
+            assert cause["quote_url"] == entry["source_url"], entry["id"]
+    by_id = {e["id"]: e for e in MANIFEST}
+    for name in QUOTED_IN_EXCERPT:
+        text = (HERE / by_id[name]["file"]).read_text(encoding="utf-8")
+        assert by_id[name]["established_cause"]["quote"] in text, name
+    others = [e for e in MANIFEST if e["established_cause"] and e["id"] not in QUOTED_IN_EXCERPT]
+    for entry in others:  # a quote from a later post is not silently copied from the excerpt
+        text = (HERE / entry["file"]).read_text(encoding="utf-8")
+        assert entry["established_cause"]["quote"] not in text, entry["id"]
+
+
+def test_mix_of_outcomes_engines_and_causes() -> None:
+    assert len(MANIFEST) >= 45
+    benign = [e for e in MANIFEST if e["outcome"] != "failure"]
+    assert len(benign) >= 8, "healthy or progressing logs whose thread is about something else"
+    causes = [e["established_cause"]["category"] for e in MANIFEST if e["established_cause"]]
+    assert len(causes) >= 10
+    assert len(set(causes)) >= 5, "established causes spread over the categories"
+    assert len(MANIFEST) - len(causes) >= 30, "logs whose thread or excerpt states no cause"
+    firsts = [e["expected_categories"][0] for e in MANIFEST]
+    assert max(firsts.count(c) for c in set(firsts)) <= len(firsts) // 5
+    assert len(set(firsts)) >= 10
+    repos = Counter(e["repo"] for e in MANIFEST)
+    assert repos["vllm-project/vllm"] >= 10
+    assert repos["huggingface/text-generation-inference"] >= 2
+    assert repos["sgl-project/sglang"] >= 2
+    assert repos["NVIDIA/nccl"] + repos["NVIDIA/nccl-tests"] >= 4
+    assert repos["deepspeedai/DeepSpeed"] >= 1
+    assert len(repos) >= 20
+    texts = [(HERE / e["file"]).read_text(encoding="utf-8") for e in MANIFEST]
+    elastic = sum("Root Cause (first observed failure)" in t
+                  or "torch.distributed.elastic.multiprocessing" in t for t in texts)
+    assert elastic >= 3, "torchrun / torch elastic agent output"
+    ray = sum("across cluster]" in t or "(LLMRayActor pid=" in t or "ray.exceptions." in t
+              for t in texts)
+    assert ray >= 4, "vLLM or trainers under Ray"
+    v1 = sum("(EngineCore_DP0 pid=" in t or "(Worker_TP0 pid=" in t for t in texts)
+    assert v1 >= 4, "vLLM V1 engine-core / worker prefixes"
