@@ -67,7 +67,7 @@ FIXED = [
     # vllm/transformers_utils/config.py (v0.11.0); vllm-project/vllm#12092 (before: rank-crashed)
     ("ValueError: Could not detect config format for no config file found. With config_format "
      "'auto', ensure your model has either config.json (HF format) or params.json (Mistral "
-     "format).", "config-invalid", "vllm-model-config-not-found"),
+     "format).", "checkpoint-config", "vllm-model-config-not-found"),
     # csrc/quantization/cutlass_w8a8/scaled_mm_entry.cu (v0.10.2), the grouped MoE GEMM with
     # kernels for SM90/SM100 only, on an SM120 card; vllm-project/vllm#24921 (before: rank-crashed)
     ("NotImplementedError: No compiled get_cutlass_moe_mm_data: no cutlass_scaled_mm kernel for "
