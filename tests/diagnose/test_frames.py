@@ -87,6 +87,29 @@ def test_traceback_frames_are_facts_per_process() -> None:
         ("load_model", 10), ("safetensors_weights_iterator", 99)]
 
 
+def test_ipython_traceback_frames_are_read() -> None:
+    """A traceback printed by IPython / Jupyter (``LLM(...)`` in a notebook) names its frames as
+    ``File path:N, in Class.func(args)``; they are frames like Python's own (field-logs-d
+    vllm-4989 has this shape)."""
+    an = LogAnalysis()
+    an.feed_lines("l", [
+        "KeyError                                  Traceback (most recent call last)",
+        "Cell In[13], line 43",
+        "---> 43 llm = LLM(",
+        "File ~/conda/lib/python3.9/site-packages/vllm/worker/model_runner.py:123, in "
+        "ModelRunner.load_model(self)",
+        "    122 with set_default_torch_dtype(self.model_config.dtype):",
+        "File ~/conda/lib/python3.9/site-packages/vllm/model_executor/model_loader/loader.py:404, "
+        "in DefaultModelLoader.load_model(self, model_config)",
+        "KeyError: 'model.layers.0.mlp.experts.w1.weight'"])
+    tb = an.tracebacks.first()
+    assert tb is not None and [(f.function, f.line) for f in tb.frames] == [
+        ("load_model", 123), ("load_model", 404)]
+    assert tb.frames[-1].file.endswith("model_loader/loader.py")
+    placed = place(tb.frames)
+    assert placed is not None and placed[0].phase == "weight-load"
+
+
 def test_real_logs_get_the_phase_of_their_frames() -> None:
     """vllm-logs/log09 (a crash in process_weights_after_loading, model_loader/utils.py) and
     field-logs-b/sglang-7918 (SGLang's cuda_graph_runner.capture)."""

@@ -155,7 +155,7 @@ class LogAnalysis(AnalysisView):
             self.nccl_diag.feed(text)
         self.engines.feed(text)
         self.elastic.feed(o.message, ev)
-        if "File \"" in text or "Traceback" in text:
+        if "File " in text or "Traceback" in text:
             self.tracebacks.feed(p.key, o.message, ev)
         ts = t if t is not None else float(self.order)
         site = site_of(o, o.message)

@@ -1,6 +1,7 @@
 """The frames of each traceback a process prints, as typed facts (file, line, function).
 
-Python's ``File "path", line N, in func`` lines follow ``Traceback (most recent call last):``;
+Python's ``File "path", line N, in func`` lines (IPython's ``File path:N, in Class.func(...)``)
+follow ``Traceback (most recent call last):``;
 the innermost frame is the last one before the exception line. Per process the first
 ``MAX_TB`` tracebacks are kept (the first is the root: a chained traceback prints the
 innermost cause first), each with its last ``MAX_FRAMES`` frames.
@@ -14,6 +15,9 @@ from dataclasses import dataclass, field
 from sm120kit.evidence.logs.records import Evidence
 
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>[\w<>.]+)')
+# IPython / Jupyter: ``File ~/env/lib/python3.9/site-packages/vllm/engine/llm_engine.py:292, in
+# LLMEngine.from_engine_args(cls, engine_args)`` (the function qualified by its class)
+_IPY_FRAME = re.compile(r'^File (?P<file>\S+\.py):(?P<line>\d+), in (?:[\w<>]+\.)*(?P<func>[\w<>]+)\(')
 MAX_TB = 4
 MAX_FRAMES = 24
 
@@ -48,9 +52,12 @@ class Tracebacks:
             else:
                 self._full.add(proc)
             return
-        if 'File "' not in msg:
+        if 'File "' in msg:
+            m = _FRAME.search(msg)
+        elif msg.startswith("File ") and ".py:" in msg:
+            m = _IPY_FRAME.match(msg)
+        else:
             return
-        m = _FRAME.search(msg)
         open_tbs = self.by_proc.get(proc)
         if m is None or proc in self._full:
             return
