@@ -187,6 +187,16 @@ CASES: dict[str, tuple[str, str, str]] = {
         f"{QUANT}/awq.py", "create_weights",
         "ValueError: The input size is not aligned with the quantized weight shape. This can be "
         "caused by too large tensor parallel size.")),
+    # vllm/engine/arg_utils.py (v0.11.1) (before: cudagraph-capture from the module mapping)
+    "cudagraph-flags": ("config-invalid", "vllm-cudagraph-sizes-conflict", v1(
+        "vllm/engine/arg_utils.py", "create_engine_config",
+        "ValueError: cudagraph_capture_sizes and compilation_config.cudagraph_capture_sizes are "
+        "mutually exclusive")),
+    # vllm/config/vllm.py (v0.11.1) (before: cudagraph-capture from the module mapping)
+    "cudagraph-max": ("config-invalid", "vllm-cudagraph-sizes-conflict", v1(
+        "vllm/config/vllm.py", "_set_cudagraph_sizes",
+        "ValueError: customized max_cudagraph_capture_size(=1024) should be consistent with the "
+        "max value of cudagraph_capture_sizes(=512)")),
     # vllm/model_executor/models/registry.py (v0.10.1) (before: checkpoint-config from the
     # module mapping)
     "arch-vllm": ("library-version", "architecture-not-in-engine-or-transformers", v1(
