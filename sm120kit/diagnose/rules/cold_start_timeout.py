@@ -1,12 +1,16 @@
 """The frontend stopped waiting for the engine while it was still compiling (a cold start), told
 apart from a startup that really hangs.
 
-``Timed out waiting for engine core processes to start`` and ``Engine core initialization failed
-... Failed core proc(s): {}`` (no engine process exited: the wait itself ended) are what vLLM
-prints when ``VLLM_ENGINE_READY_TIMEOUT_S`` (600 s) expires. On a first launch the engine spends
-minutes in FlashInfer/Triton JIT (nvcc), torch.compile or autotune with idle GPUs while the log
-repeats the 60-second shm_broadcast message. With compile evidence before the timeout this is a
-cold start; without it, and with the ranks silent in one phase, it is a startup hang.
+``Timed out waiting for engine core processes to start`` is what vLLM's frontend raises when
+``VLLM_ENGINE_READY_TIMEOUT_S`` (600 s) expires (v1/engine/core_client.py). On a first launch the
+engine spends minutes in FlashInfer/Triton JIT (nvcc), torch.compile or autotune with idle GPUs
+while the log repeats the 60-second shm_broadcast message. With compile evidence before the
+timeout this is a cold start; without it, and with the ranks silent in one phase, it is a startup
+hang. ``Engine core initialization failed ... Failed core proc(s): {}`` is different: the startup
+wait saw an engine process end before its exit code could be read (v1/engine/utils.py,
+wait_for_engine_startup), so it says a process died, not that a wait ran out; it counts here only
+beside compile evidence (a cold start that ended at the ready wait); otherwise the crash is read
+by the rules that read crashes.
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ _SLOW = ("model-load", "torch-compile", "kernel-warmup", "autotune", "cuda-graph
 
 
 def check(ctx: RuleContext) -> list[Finding]:
-    ready = ctx.hits("engine-ready-timeout") + ctx.hits("engine-init-failed-empty")
+    timeout = ctx.hits("engine-ready-timeout")
+    ready = timeout + ctx.hits("engine-init-failed-empty")
     if not ready:
         return []
     lg = ctx.facts
@@ -33,6 +38,8 @@ def check(ctx: RuleContext) -> list[Finding]:
     if died:
         return []  # a dead engine/worker is the cause; first-dead-rank names it
     phase = field_phase(stage) or "startup"
+    if not timeout and not jit:
+        return []  # a process ended; without a compile in progress that is a crash, not a wait
     if compiling:
         where = f" while the engine was in {phase}" if stage else ""
         return [RULE.finding(
