@@ -1,6 +1,7 @@
 """What the software that prints them means by memory messages (catalogue file known-memory.toml):
-host RAM (Ray's memory monitor, torch's CPU allocator, the kernel's ENOMEM), GPU memory (torch's
-OOM path through NVML, NCCL's allocations, FlashInfer's workspace, vLLM's startup budget checks),
+host RAM (Ray's memory monitor, torch's CPU allocator, the kernel's ENOMEM, a vLLM process killed
+with SIGKILL), GPU memory (torch's OOM path through NVML, NCCL's allocations, FlashInfer's
+workspace, vLLM's startup budget checks),
 a KV cache too small for the requests (vLLM V0 block managers, vLLM V1 auto-fit and Mamba blocks,
 SGLang's token and request pools), shared memory (vLLM's /dev/shm check, torch's shared tensors)
 and CUDA-graph capture (vLLM's capture monitor, torch's RNG state). Each log is the message in the
@@ -92,6 +93,18 @@ FIXED: dict[str, tuple[str, str]] = {
         "  File \"/usr/lib/python3.12/multiprocessing/popen_fork.py\", line 66, in _launch\n"
         "    self.pid = os.fork()\n"
         "OSError: [Errno 12] Cannot allocate memory\n")),
+    # vllm v0.6.3 vllm/executor/multiproc_worker_utils.py (WorkerMonitor); https://github.com/vllm-project/vllm/issues/15800
+    "vllm-v0-worker-sigkill": ("out-of-memory", _V0.split("INFO 05-01 10:00:40")[0] + (
+        "(VllmWorkerProcess pid=1235) INFO 05-01 10:00:30 model_runner.py:1056] Starting to load model meta-llama/Llama-3.1-70B-Instruct...\n"
+        "Loading safetensors checkpoint shards:  38% Completed | 11/30 [00:40<01:10,  3.70s/it]\n"
+        "ERROR 05-01 10:02:00 multiproc_worker_utils.py:116] Worker VllmWorkerProcess pid 1235 died, exit code: -9\n"
+        "INFO 05-01 10:02:00 multiproc_worker_utils.py:120] Killing local vLLM worker processes\n")),
+    # vllm v0.20.0 vllm/v1/utils.py (wait_for_completion_or_failure)
+    "vllm-v1-engine-sigkill": ("out-of-memory", _V1 + (
+        "(EngineCore_DP0 pid=6940) INFO 05-01 10:00:30 [gpu_model_runner.py:1800] Starting to load model Qwen/Qwen2.5-72B-Instruct...\n"
+        "(APIServer pid=1) ERROR 05-01 10:02:00 [api_server.py:1900] Exception occurred while running API servers: Process "
+        "EngineCore_DP0 (PID: 6940) died with exit code -9\n"
+        "RuntimeError: Process EngineCore_DP0 (PID: 6940) died with exit code -9\n")),
     # torch v2.5.1 c10/cuda/CUDACachingAllocator.cpp (reportProcessMemoryInfo); https://github.com/vllm-project/vllm/issues/9824
     "torch-oom-nvml-assert": ("out-of-memory", _V0_SERVING + (
         "ERROR 10-29 18:38:39 async_llm_engine.py:58] Engine background task failed\n"
