@@ -53,6 +53,12 @@ FIXED: dict[str, tuple[str, str]] = {
         '  File "/usr/local/lib/python3.11/site-packages/torch/distributed/rendezvous.py", line 189, in _create_c10d_store\n'
         "    return TCPStore(\n"
         "torch.distributed.DistNetworkError: The client socket has timed out after 600000ms while trying to connect to (172.17.0.9, 46229).\n")),
+    # torch v2.5.1 c10d TCPStore.cpp (doWait), through vLLM's StatelessProcessGroup; https://github.com/modelscope/ms-swift/issues/4906
+    'store-key-wait-timeout': ('collective-desync', (
+        '[rank0]:   File "/home/tiger/.local/lib/python3.11/site-packages/vllm/distributed/utils.py", line 197, in broadcast_obj\n'
+        "[rank0]:     recv_obj = pickle.loads(self.store.get(key))\n"
+        "[rank0]:                             ^^^^^^^^^^^^^^^^^^^\n"
+        "[rank0]: torch.distributed.DistStoreError: wait timeout after 300000ms, keys: /broadcast_from/0/75465\n")),
     # torch v2.5.1 distributed_c10d.py (_store_based_barrier); https://github.com/NVIDIA/Megatron-LM/issues/782
     'store-barrier-timeout': ('config-invalid', (
         '  File "/usr/local/lib/python3.8/dist-packages/torch/distributed/distributed_c10d.py", line 350, in _store_based_barrier\n'
@@ -124,10 +130,6 @@ FIXED: dict[str, tuple[str, str]] = {
     'sglang-scheduler-dead': ('rank-crashed', (
         "[12-11 17:47:40] Loading FluxTransformer2DModel, default_dtype: torch.bfloat16\n"
         "[12-11 17:52:52] Rank 0 scheduler is dead. Please check if there are relevant logs.\n")),
-    # SGLang v0.4.10.post2 srt/entrypoints/engine.py (SIGQUIT handler); https://github.com/sgl-project/sglang/issues/5602
-    'sglang-child-sigquit': ('rank-crashed', (
-        "[2025-04-21 04:13:40 TP0] Init torch distributed begin.\n"
-        "[2025-04-21 04:13:43] Received sigquit from a child process. It usually means the child failed.\n")),
     # NCCL v2.21.5-1 src/misc/socket.cc (socketProgress); https://github.com/NVIDIA/nccl/issues/1232
     'nccl-socket-peer-closed': ('rank-crashed', (
         "node0:13571:13571 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/Socket/0\n"
