@@ -63,8 +63,15 @@ def announces_long_step(line: str) -> bool:
     return bool(_ANNOUNCED.search(line)) and not _ERROR_STATED.search(line)
 
 
+# a line that reports a wait still going on ("Waiting for creating a placement group of specs for
+# 70 seconds ... make sure ... if you are running on a multi-node"): a state, whatever hint follows
+_WAITING = re.compile(r"\bWaiting for .{0,80}\bfor \d+ seconds")
+
+
 def not_evidence(line: str) -> bool:
     """Advice, help, deprecation or completion with no error stated on the same line."""
+    if _WAITING.search(line):
+        return False
     return bool(_ADVICE.search(line) or _COMPLETION.search(line)) and not _ERROR_STATED.search(line)
 
 
