@@ -310,7 +310,7 @@ def diagnose(paths: list[Path | str], *, config: str | Path | None = None,
     if not paths:
         raise UserError("nothing to diagnose", hint="sm120kit diagnose LOG|DIR|BUNDLE.tar.gz")
     cat = load_catalogue(catalogue or (), dict(os.environ if environ is None else environ))
-    an = LogAnalysis(scanner=cat.scan_line, cues=cat.prose_cues())
+    an = LogAnalysis(scanner=cat.scan_line, cues=cat.prose_cues(), advice=cat.advice)
     notes: list[str] = []
     facts: BundleFacts | None = None
     kinds: set[str] = set()
