@@ -65,8 +65,19 @@ def test_advice_lines_are_no_failure_cue_or_evidence() -> None:
     adv = cat.advice(line)
     assert adv is not None and adv.id == "rccl-host-tuning-advice" and adv.category == "none"
     assert cat.scan(line) == []
-    # a line with an error on it is not advice
+    # a line with an error on it is not advice, whatever its words: vLLM raises the same message
+    # when strict environment checking is on, and an ERROR-level line states a failure
     assert cat.advice("RuntimeError: NCCL error: unhandled system error") is None
+    assert cat.advice("WARNING 09-02 10:00:00 [envs.py:1500] Unknown vLLM environment variable "
+                      "detected: VLLM_CACHE_DIR") is not None
+    assert cat.advice("ValueError: Unknown vLLM environment variable detected: VLLM_CACHE_DIR") is None
+    assert cat.advice("(Worker pid=3) ERROR 09-02 10:00:00 [custom_all_reduce.py:146] Custom "
+                      "allreduce is disabled because your platform lacks GPU P2P capability") is None
+    # advice that quotes an exception in backticks is still advice
+    assert cat.advice("WARNING 05-02 08:11:05 utils.py:2268] Found ulimit of 1024 and failed to "
+                      "automatically increase with error x. This can cause fd limit errors like "
+                      "`OSError: [Errno 24] Too many open files`. Consider increasing with "
+                      "ulimit -n") is not None
 
 
 def test_completed_nccl_tests_run_with_a_failed_check_is_not_healthy(tmp_path: Path) -> None:

@@ -50,6 +50,11 @@ _COMPLETION = re.compile(
 _ERROR_STATED = re.compile(r"Error\b|Exception\b|error:|ERROR|FAILED|[Ff]ailed\b|Traceback")
 
 
+# a line that states an error by its level or an exception (not one quoted in backticks inside
+# advice: "fd limit errors like `OSError: [Errno 24] ...`"): never advice
+_RAISED = re.compile(r"\b(?:ERROR|CRITICAL)\b|Traceback|(?:^|[\s\]:])[A-Z][\w.]*(?:Error|Exception): ")
+
+
 def is_completion(line: str) -> bool:
     return bool(_COMPLETION.search(line)) and not _ERROR_STATED.search(line)
 
@@ -95,9 +100,15 @@ class Catalogue:
 
     def advice(self, line: str) -> Entry | None:
         """The ``advice`` entry (benign.toml) naming this line: a warning or hint the software
-        prints on healthy runs too, with no error stated on it; None otherwise."""
-        if not any(n in line for n in self._adv_needles) and \
-                (self._adv_gate is None or self._adv_gate.search(line) is None):
+        prints on healthy runs too, with no error stated on it; None otherwise (also for a line
+        at ERROR level or one that raises: ``ValueError: Unknown vLLM environment variable``)."""
+        for n in self._adv_needles:  # a plain loop: this runs on every parsed line
+            if n in line:
+                break
+        else:
+            if self._adv_gate is None or self._adv_gate.search(line) is None:
+                return None
+        if _RAISED.search(line) is not None:
             return None
         for e in self._advice:
             if e.match(line) is not None:
