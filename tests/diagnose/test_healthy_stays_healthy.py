@@ -4,7 +4,7 @@ failing run do not hide its failure.
 
 The logs in tests/diagnose/healthy_logs/ are composed (no public thread holds these runs): each
 is a run of one engine in the shape it prints (nccl-tests over RCCL and over NCCL, vLLM V1 with
-multiproc workers, SGLang, torchrun, vLLM on Ray), its warnings worded as the sources named in
+multiproc workers, SGLang, torchrun, vLLM on Ray, TGI), its warnings worded as the sources named in
 sm120kit/diagnose/catalogue/benign.toml print them. Before benign.toml and the run-completed
 reading, the RCCL run was `p2p-transport` 0.74 (its iommu WARN read as "it hangs"), the vLLM run
 `cudagraph-capture` 0.70 (the fd-limit warning quotes an OSError) and the torchrun run
@@ -31,6 +31,7 @@ HEALTHY = {
     "sglang_ok.log": ("sglang", 1),
     "torchrun_ok.log": ("torchrun", 2),
     "ray_vllm_ok.log": ("vllm", 1),
+    "tgi_ok.log": ("tgi", 2),
 }
 # the same warnings beside a failure: log -> the top category
 FAILING = {
@@ -38,6 +39,7 @@ FAILING = {
     "f_p2p.log": "p2p-transport",  # "lacks GPU P2P capability" beside shm_broadcast stalls
     "f_rccl_hang.md": "p2p-transport",  # the iommu WARN in a ticket that says it hangs
     "f_torchrun.log": "out-of-memory",  # torchrun's hints, then a rank's OOM
+    "f_tgi.log": "out-of-memory",  # TGI's launcher warnings, then a shard's OOM in warmup
 }
 
 
