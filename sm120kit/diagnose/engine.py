@@ -539,12 +539,12 @@ def _verdict(an: LogFacts, facts: BundleFacts | None, findings: list[Finding]
     if last is not None and not an.failures and announces_long_step(last.text):
         return (f"progressing: {stage or 'startup'}; the last line announces a step that takes "
                 f"minutes ({last.ref}): the quiet after it is expected"), "progressing", phase
-    done = an.hits("run-completed")
-    if done and not an.failures:  # a benchmark's summary, workers that succeeded, a ready server
+    done = an.completed()
+    if done is not None and not an.failures:  # a benchmark's summary, a ready server, ...
         more = f"; {an.advice_count} warning/advice line(s) it prints on healthy runs" \
             if an.advice_count else ""
-        return (f"healthy: the run reached its goal ({done[-1].ref}: "
-                f"{clip_words(done[-1].text.strip(), 120)}){more}"), "healthy", phase
+        return (f"healthy: the run reached its goal ({done.ref}: "
+                f"{clip_words(done.text.strip(), 120)}){more}"), "healthy", phase
     prog = an.progress.progressing
     if prog is not None:
         return prog, "progressing", phase

@@ -92,6 +92,19 @@ def test_completed_nccl_tests_run_with_a_failed_check_is_not_healthy(tmp_path: P
     assert res.exit_code == 1, res.verdict
 
 
+def test_a_goal_reached_by_an_earlier_run_says_nothing_of_the_last(tmp_path: Path) -> None:
+    """nccl-tests runs one test after another: the first test's summary, then the next test's
+    header and init lines where the paste ends (and the person says it hangs there)."""
+    text = (LOGS / "rccl-tests-ok.log").read_text()
+    head = text[:text.index("#\n#  ")]  # the header, the RCCL WARN and the init lines
+    log = tmp_path / "next-test.md"
+    log.write_text("The second test hangs after init:\n\n```\n" + text
+                   + "./broadcast_perf -b 8 -e 128M -f 2 -g 2\n" + head + "```\n")
+    res = diagnose([log])
+    assert res.exit_code == 1 and "reached its goal" not in res.verdict, res.verdict
+    assert res.findings[0].category == "p2p-transport", res.verdict
+
+
 def test_an_excerpt_that_ends_after_the_kv_cache_is_sized_is_not_a_stop(tmp_path: Path) -> None:
     """vLLM's profiling result ("Available KV cache memory") means every rank passed the profiling
     run; the same excerpt cut before that line still stops in the profiling step."""

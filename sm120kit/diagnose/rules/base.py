@@ -137,8 +137,7 @@ class RuleContext:
         """The line saying the run reached its goal (catalogue signal ``run-completed``: a
         benchmark's summary, a launcher's workers all succeeded, a server ready), or None. A run
         that completed did not stop where its log ends."""
-        ev = self.hits("run-completed")
-        return ev[-1] if ev else None
+        return self.facts.completed()
 
     def seen(self) -> InputSeen:
         f = self.facts

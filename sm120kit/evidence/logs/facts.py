@@ -108,6 +108,18 @@ class LogFacts:
         h = self.signals.get(sid)
         return list(h.evidence) if h else []
 
+    def completed(self) -> Evidence | None:
+        """The last line saying the run reached its goal (signal ``run-completed``), unless a run
+        began after it (signal ``run-started``: the next benchmark, a relaunch) in the same
+        stream: then the run the log ends in is still open. None without one."""
+        done, start = self.signals.get("run-completed"), self.signals.get("run-started")
+        last = done.last if done is not None else None
+        later = start.last if start is not None else None
+        if last is None or (later is not None and later.source == last.source and
+                            later.line > last.line):
+            return None
+        return last
+
 
 def _ro(d: Mapping[str, Any]) -> Mapping[str, Any]:
     return MappingProxyType(dict(d))
