@@ -310,7 +310,7 @@ def diagnose(paths: list[Path | str], *, config: str | Path | None = None,
     if not paths:
         raise UserError("nothing to diagnose", hint="sm120kit diagnose LOG|DIR|BUNDLE.tar.gz")
     cat = load_catalogue(catalogue or (), dict(os.environ if environ is None else environ))
-    an = LogAnalysis(scanner=cat.scan_line, cues=cat.prose_cues())
+    an = LogAnalysis(scanner=cat.scan_line, cues=cat.prose_cues(), advice=cat.advice)
     notes: list[str] = []
     facts: BundleFacts | None = None
     kinds: set[str] = set()
@@ -539,6 +539,12 @@ def _verdict(an: LogFacts, facts: BundleFacts | None, findings: list[Finding]
     if last is not None and not an.failures and announces_long_step(last.text):
         return (f"progressing: {stage or 'startup'}; the last line announces a step that takes "
                 f"minutes ({last.ref}): the quiet after it is expected"), "progressing", phase
+    done = an.completed()
+    if done is not None and not an.failures:  # a benchmark's summary, a ready server, ...
+        more = f"; {an.advice_count} warning/advice line(s) it prints on healthy runs" \
+            if an.advice_count else ""
+        return (f"healthy: the run reached its goal ({done.ref}: "
+                f"{clip_words(done.text.strip(), 120)}){more}"), "healthy", phase
     prog = an.progress.progressing
     if prog is not None:
         return prog, "progressing", phase

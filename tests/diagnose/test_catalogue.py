@@ -11,6 +11,7 @@ import pytest
 
 from sm120kit import cli
 from sm120kit.diagnose import catalogue as C
+from sm120kit.diagnose.catalogue.conditions import When
 from sm120kit.diagnose.engine import diagnose
 from sm120kit.diagnose.rules import RULES
 
@@ -52,8 +53,14 @@ def test_every_shipped_entry_is_valid_sourced_and_matches_real_lines() -> None:
         for pat, rx in zip(e.patterns, e._rx, strict=True):
             hit = [ln for ln in lines if rx.search(ln) and e.match(ln)]
             assert hit, f"{e.id}: pattern {pat!r} matches no line of its sources or examples"
-            # and the whole scanner names the entry on that line
-            assert any(("cat:" + e.id) in dict(cat.scan(ln)) for ln in hit), (e.id, pat)
+            # and the whole scanner names the entry on that line (an advice entry: the advice
+            # gate names it, and no entry without conditions reads the line as evidence)
+            if e.role == "advice":
+                assert any((a := cat.advice(ln)) is not None and a.id == e.id for ln in hit), e.id
+                named = [cat.get(sid) for ln in hit for sid, _m in cat.scan(ln)]
+                assert all(x is not None and x.conditions() != When() for x in named), (e.id, named)
+            else:
+                assert any(("cat:" + e.id) in dict(cat.scan(ln)) for ln in hit), (e.id, pat)
 
 
 @pytest.mark.parametrize("line", NOT_EVIDENCE)

@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sm120kit.diagnose.catalogue.conditions import When
 from sm120kit.diagnose.catalogue.needles import needles
 from sm120kit.diagnose.catalogue.schema import CatalogueError, Entry, read_file
 from sm120kit.diagnose.catalogue.signal import Cue, Signal, SignalTable
@@ -47,6 +48,11 @@ _COMPLETION = re.compile(
     r"(?i)takes? [\d.]+ ?s in total|graph capturing finished|loading weights took|"
     r"model loading took|finished in [\d.]+ ?s|completed in [\d.]+ ?s")
 _ERROR_STATED = re.compile(r"Error\b|Exception\b|error:|ERROR|FAILED|[Ff]ailed\b|Traceback")
+
+
+# a line that states an error by its level or an exception (not one quoted in backticks inside
+# advice: "fd limit errors like `OSError: [Errno 24] ...`"): never advice
+_RAISED = re.compile(r"\b(?:ERROR|CRITICAL)\b|Traceback|(?:^|[\s\]:])[A-Z][\w.]*(?:Error|Exception): ")
 
 
 def is_completion(line: str) -> bool:
@@ -88,18 +94,33 @@ class Catalogue:
     def compile(self) -> None:
         """The gate: the literal every match of a pattern contains (substring tests), and one
         combined regex for the patterns without such a literal."""
-        lits: set[str] = set()
-        rest = []
-        for p in (p for e in self.entries.values() for p in e.patterns):
-            n = needles(p)
-            if n is None:
-                rest.append(p)
-            else:
-                lits.update(n)
-        self._needles = tuple(sorted(lits))
-        self._gate = re.compile("|".join(f"(?:{p})" for p in rest)) if rest else None
-        self._order = sorted(self.entries.values(), key=lambda e: (-e.priority, e.id))
+        causes = [e for e in self.entries.values() if e.role != "advice"]
+        advice = [e for e in self.entries.values() if e.role == "advice"]
+        self._needles, self._gate = _gate(causes)
+        self._adv_needles, self._adv_gate = _gate(advice)
+        self._order = sorted(causes, key=lambda e: (-e.priority, e.id))
+        self._advice = sorted(advice, key=lambda e: e.id)
+        # the entries that may still name an advice line: those whose conditions say when the
+        # line counts (``when``/``requires``: "beside a stall", ...)
+        self._conditional = [e for e in self._order if e.conditions() != When()]
         self.table = SignalTable(list(self.signals.values()), _STALL_SIGNALS)
+
+    def advice(self, line: str) -> Entry | None:
+        """The ``advice`` entry (benign.toml) naming this line: a warning or hint the software
+        prints on healthy runs too, with no error stated on it; None otherwise (also for a line
+        at ERROR level or one that raises: ``ValueError: Unknown vLLM environment variable``)."""
+        for n in self._adv_needles:  # a plain loop: this runs on every parsed line
+            if n in line:
+                break
+        else:
+            if self._adv_gate is None or self._adv_gate.search(line) is None:
+                return None
+        if _RAISED.search(line) is not None:
+            return None
+        for e in self._advice:
+            if e.match(line) is not None:
+                return e
+        return None
 
     def prose_cues(self) -> dict[str, ProseCue]:
         """The cues the analysis reads in what a person wrote (``cues.toml``)."""
@@ -120,7 +141,7 @@ class Catalogue:
         if not self.passes(line) or not_evidence(line):
             return []
         out = []
-        for e in self._order:
+        for e in self._conditional if self.advice(line) is not None else self._order:
             m = e.match(line)
             if m is not None:
                 out.append((PREFIX + e.id, m))
@@ -128,6 +149,20 @@ class Catalogue:
 
     def get(self, eid: str) -> Entry | None:
         return self.entries.get(eid.removeprefix(PREFIX))
+
+
+def _gate(entries: list[Entry]) -> tuple[tuple[str, ...], re.Pattern[str] | None]:
+    """The literals every match of the entries' patterns contains, and one combined regex for
+    the patterns without such a literal."""
+    lits: set[str] = set()
+    rest = []
+    for p in (p for e in entries for p in e.patterns):
+        n = needles(p)
+        if n is None:
+            rest.append(p)
+        else:
+            lits.update(n)
+    return tuple(sorted(lits)), (re.compile("|".join(f"(?:{p})" for p in rest)) if rest else None)
 
 
 def _files(path: Path) -> list[Path]:
@@ -155,9 +190,6 @@ def load(extra: Iterable[str | Path] = (), environ: dict[str, str] | None = None
     return cat
 
 
-
-
-
 def explain(cat: Catalogue, eid: str) -> dict[str, object]:
     """One entry or signal as a dict (``--explain ID``); ``CatalogueError`` naming the known ids."""
     e = cat.get(eid)
@@ -168,7 +200,8 @@ def explain(cat: Catalogue, eid: str) -> dict[str, object]:
                 "file": sg.file}
     if e is None:
         raise CatalogueError(f"no catalogue entry {eid!r}; entries: {', '.join(sorted(cat.entries))}")
-    return {"id": e.id, "category": e.category, "summary": e.summary, "confidence": e.confidence,
+    return {"id": e.id, "category": e.category, "role": e.role, "summary": e.summary,
+            "confidence": e.confidence,
             "priority": e.priority, "phase": e.phase, "requires": e.requires or None,
             "patterns": e.patterns, "symptoms": e.symptoms, "excludes": e.excludes,
             "fix": e.fix, "sources": e.sources, "since": e.since or None,

@@ -56,6 +56,6 @@ def looks_like(cat: Catalogue | None, line: str) -> str:
     """``; looks like: <id> — <source> (0.42), ...``: the three nearest catalogue entries."""
     if cat is None or not cat.entries:
         return ""
-    near = nearest(list(cat.entries.values()), line)
+    near = nearest([e for e in cat.entries.values() if e.role != "advice"], line)
     return "; looks like: " + ", ".join(
         f"{e.id} — {e.sources[0] if e.sources else e.file} ({s:.2f})" for e, s in near)

@@ -14,7 +14,11 @@ from sm120kit.diagnose.catalogue.signal import Cue, Signal, parse_cue, parse_sig
 from sm120kit.diagnose.categories import CATEGORIES, FIELD_PHASES
 from sm120kit.report import clip_words
 
-ROLES = ("cause", "position", "effect")
+# ``advice``: a line the software prints on healthy runs too (a warning, a hint, an optional
+# library it did not find): never a failure, never a cue, never evidence for a cause; its
+# category is "none" (benign.toml)
+ROLES = ("cause", "position", "effect", "advice")
+NONE = "none"
 GATES = ("", "stall")
 _ID = re.compile(r"^[a-z0-9][a-z0-9-]{1,63}$")
 _STR_LISTS = ("patterns", "symptoms", "excludes", "sources", "examples")
@@ -103,7 +107,11 @@ def _check_types(where: str, raw: dict[str, Any]) -> None:
 def _check_values(where: str, raw: dict[str, Any]) -> None:
     if not _ID.match(raw["id"]):
         raise CatalogueError(f"{where}: key 'id': lower-case words joined by '-'")
-    if raw["category"] not in CATEGORIES:
+    advice = raw.get("role", "cause") == "advice"
+    if advice != (raw["category"] == NONE):
+        raise CatalogueError(f"{where}: key 'category': 'none' is the category of role 'advice' "
+                             "entries, and only of them")
+    if raw["category"] not in CATEGORIES and not advice:
         raise CatalogueError(f"{where}: key 'category': {raw['category']!r} is not one of "
                              f"{', '.join(CATEGORIES)}")
     if raw.get("phase") is not None and raw["phase"] not in FIELD_PHASES:

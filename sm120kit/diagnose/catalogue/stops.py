@@ -3,8 +3,9 @@ cause that waits there."""
 
 from __future__ import annotations
 
+import re
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
@@ -20,6 +21,12 @@ class StopRule:
     category: str
     multi_gpu: bool
     why: str
+    # lines that report the step finished (its result): an excerpt whose last step line is one
+    # of them ends after the step, not in it
+    done: tuple[re.Pattern[str], ...] = field(default=())
+
+    def finished(self, line: str) -> bool:
+        return any(rx.search(line) for rx in self.done)
 
 
 @cache
@@ -27,7 +34,8 @@ def stop_rules(path: Path = MAP) -> dict[str, StopRule]:
     data = tomllib.loads(path.read_text(encoding="utf-8"))
     out = {}
     for i, d in enumerate(data.get("stop") or []):
-        r = StopRule(d["phase"], d["category"], bool(d.get("multi_gpu", False)), d["why"])
+        r = StopRule(d["phase"], d["category"], bool(d.get("multi_gpu", False)), d["why"],
+                     tuple(re.compile(x) for x in d.get("done", [])))
         if r.category not in CATEGORIES or r.phase not in PHASE_INDEX:
             raise ValueError(f"{path}: stop {i + 1}: unknown category/phase {r.category}/{r.phase}")
         out[r.phase] = r

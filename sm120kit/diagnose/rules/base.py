@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from sm120kit.diagnose.catalogue import Catalogue
+from sm120kit.diagnose.catalogue.stops import stop_rules
 from sm120kit.diagnose.categories import CATEGORIES, FIELD_PHASES  # noqa: F401 (re-exported)
 from sm120kit.diagnose.facts import BundleFacts, StackView  # noqa: F401 (re-exported)
 from sm120kit.evidence.logs.analyze import Evidence, LogAnalysis, Proc
@@ -115,9 +116,28 @@ class RuleContext:
         return bool(w.shm_open or w.watchdog or w.rpc_timeouts or w.deaths
                     or self.count("engine-ready-timeout") or self.count("gloo-timeout")
                     or f.described.symptoms or f.described.stacks
-                    or f.progress.stopped_excerpt is not None
+                    or self.stopped_at() is not None
                     or f.progress.zero_progress is not None
                     or (self.bundle is not None and self.bundle.stacks))
+
+    def stopped_at(self) -> str | None:
+        """The short startup step a pasted excerpt stops in (``progress.stopped_excerpt``), or
+        None: also when the run reached its goal, or when the excerpt's last step line is that
+        step's result (stop map ``done``: it ends after the step, not in it)."""
+        f = self.facts
+        stop, step = f.progress.stopped_excerpt, f.progress.last_step
+        if stop is None or self.completed() is not None:
+            return None
+        rule = stop_rules().get(stop)
+        if rule is not None and step is not None and rule.finished(step.text):
+            return None
+        return stop
+
+    def completed(self) -> Evidence | None:
+        """The line saying the run reached its goal (catalogue signal ``run-completed``: a
+        benchmark's summary, a launcher's workers all succeeded, a server ready), or None. A run
+        that completed did not stop where its log ends."""
+        return self.facts.completed()
 
     def seen(self) -> InputSeen:
         f = self.facts

@@ -53,7 +53,7 @@ def described(ctx: RuleContext, rule: Rule) -> list[Finding]:
     ev += more
     nccl_init = ctx.facts.phases.stage == "nccl-init" or any(
         "NCCL" in t or "nccl" in t for _s, _l, t in d.symptoms)
-    if nccl_init and not first:
+    if nccl_init and not first and ctx.completed() is None:
         why.append("it stops around NCCL init")
     score = len(why)
     if score < 2:

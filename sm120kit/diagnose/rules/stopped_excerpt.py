@@ -22,15 +22,16 @@ def _ranks(ctx: RuleContext) -> int:
 
 def check(ctx: RuleContext) -> list[Finding]:
     lg = ctx.facts
-    stop, last = lg.progress.stopped_excerpt, lg.last_text
+    # None as well for a run that reached its goal, or an excerpt that ends with the step's result
+    stop, last = ctx.stopped_at(), lg.last_text
     if lg.failures or stop is None or last is None or lg.described.symptoms or \
             lg.described.complaints:
         return []
+    rule = stop_rules().get(stop)
     done = is_completion(last.text)  # "torch.compile takes 4.5 s in total"
     words = (f"the pasted log ends right after a step of {stop} finished; the failure is after "
              "the excerpt" if done else f"the pasted log stops during {stop} without an error: "
              "either the run hung right there or its failure is after the excerpt")
-    rule = stop_rules().get(stop)
     category = "unknown"
     if rule is not None and not done and (not rule.multi_gpu or _ranks(ctx) > 1):
         category, words = rule.category, f"{words}; {rule.why}"

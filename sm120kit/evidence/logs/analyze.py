@@ -15,7 +15,7 @@ engine typed facts, built once.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import IO, Any
 
 from sm120kit.evidence.logs.cue import Cues
@@ -55,6 +55,7 @@ from sm120kit.models.kv import KvLines, feed_kv_line
 __all__ = ["MAX_RECORDS", "MAX_SIGNAL_EVIDENCE", "MAX_TEXT", "TAIL", "Evidence", "LogAnalysis",
            "Proc", "Scanner", "SignalHits"]
 
+MAX_ADVICE = 50  # advice lines kept (all are counted)
 _EMBEDDED = re.compile(
     r"(?<=\S)\s?(?=\((?:Worker|VllmWorker|EngineCore|APIServer|ApiServer|RayWorker)\w*(?: rank=\d+)? pid=\d+)"
 )
@@ -63,10 +64,16 @@ _EMBEDDED = re.compile(
 class LogAnalysis(AnalysisView):
     """Accumulated facts of every line fed so far."""
 
-    def __init__(self, scanner: Scanner | None = None, cues: Cues | None = None) -> None:
+    def __init__(self, scanner: Scanner | None = None, cues: Cues | None = None,
+                 advice: Callable[[str], object] | None = None) -> None:
         """``scanner``: the named signals and signatures of a line; ``cues``: word cues (what a
-        person writes, failure words and statements, NCCL WARN faults: ``cue.CUE_IDS``); both
-        the diagnose catalogue's data."""
+        person writes, failure words and statements, NCCL WARN faults: ``cue.CUE_IDS``);
+        ``advice``: not None for a line the software prints on healthy runs too (a warning or
+        hint: never a failure, a cue or an NCCL fault); all the diagnose catalogue's data."""
+        self.advice_of = advice
+        self.advice: list[Evidence] = []  # the first advice lines (MAX_RECORDS) ...
+        self.advice_count = 0  # ... and how many
+        self.last_step: Evidence | None = None  # the last line that carried a phase (no advice)
         self.proc_table = ProcTable()
         self.runs = Runs()
         self.incidents = Incidents()
@@ -183,28 +190,40 @@ class LogAnalysis(AnalysisView):
                ts: float) -> str | None:
         """Every parser over one line; returns its phase."""
         phase = "nccl-init" if o.kind == "nccl" and o.level != "WARN" else classify_line(text)
+        adv = self.advice_of is not None and self.advice_of(text) is not None
         if phase is not None:
             self.runs.observe(p, phase, ts, ev.source, ev)
+            if not adv:
+                self.last_step = ev
         msg = o.message
         # a new launch in the same input: its own timeline, its own watchdog sequence numbers
         if (phase == "engine-init" or "vllm" in text or "vLLM" in text) and \
                 self.runs.launch(text, phase):
             self.incidents.progress_seen()
         self.vs.feed(text)
-        self.described.feed(ev.source, ev.line, text)
-        if o.kind == "plain" and o.level is None and self.tickets.get(ev.source):
-            self.described.feed_prose(ev.source, ev.line, msg)
+        if adv:
+            self._advice(ev)
+        else:
+            self.described.feed(ev.source, ev.line, text)
+            if o.kind == "plain" and o.level is None and self.tickets.get(ev.source):
+                self.described.feed_prose(ev.source, ev.line, msg)
         self._serving(p, msg, ev, phase)
         if o.kind == "nccl":
-            self.nccl.feed(p, o, msg, ev, self.order, self.vs, self.fails.note)
+            self.nccl.feed(p, o, msg, ev, self.order, self.vs, self.fails.note, advice=adv)
             self.book.feed(msg, p, ev)
             return phase
-        self.fails.feed(o, msg, text, ev)
-        note_errors(p, o, msg, ev, t, self.order, phase)
+        if not adv:
+            self.fails.feed(o, msg, text, ev)
+            note_errors(p, o, msg, ev, t, self.order, phase)
         self.incidents.feed(p, o, text, ev, t, self.runs.run, self.runs.global_tracker.high)
         assign_rank(p, msg)
         self.book.feed(text, p, ev)
         return phase
+
+    def _advice(self, ev: Evidence) -> None:
+        self.advice_count += 1
+        if len(self.advice) < MAX_ADVICE:
+            self.advice.append(ev)
 
     def _serving(self, p: Proc, msg: str, ev: Evidence, phase: str | None) -> None:
         sv = self.serving

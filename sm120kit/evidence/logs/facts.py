@@ -48,6 +48,7 @@ class ProgressFacts:
     zero_progress: Evidence | None  # a first generation bar stuck at 0
     progressing: str | None  # "progressing: autotune 14/22 after 9 min", or None
     stopped_excerpt: str | None  # the short startup step a pasted excerpt ends in, or None
+    last_step: Evidence | None  # the last line that carried a phase (advice lines left out)
 
 
 @dataclass(frozen=True)
@@ -98,10 +99,26 @@ class LogFacts:
     elastic_root: ElasticFailure | None  # its "Root Cause (first observed failure)" entry
     first_traceback: Traceback | None  # the input's first traceback with frames (frames.py)
     tracebacks: tuple[Traceback, ...]  # every kept traceback with frames, in input order
+    # lines the software prints on healthy runs too (catalogue benign.toml): the first few, and
+    # how many; never failures, cues or evidence for a cause
+    advice: tuple[Evidence, ...] = ()
+    advice_count: int = 0
 
     def hits(self, sid: str) -> list[Evidence]:
         h = self.signals.get(sid)
         return list(h.evidence) if h else []
+
+    def completed(self) -> Evidence | None:
+        """The last line saying the run reached its goal (signal ``run-completed``), unless a run
+        began after it (signal ``run-started``: the next benchmark, a relaunch) in the same
+        stream: then the run the log ends in is still open. None without one."""
+        done, start = self.signals.get("run-completed"), self.signals.get("run-started")
+        last = done.last if done is not None else None
+        later = start.last if start is not None else None
+        if last is None or (later is not None and later.source == last.source and
+                            later.line > last.line):
+            return None
+        return last
 
 
 def _ro(d: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -118,7 +135,7 @@ def log_facts(an: LogAnalysis) -> LogFacts:
         progress=ProgressFacts(
             sv.served, sv.metrics_lines, sv.zero_streak, sv.zero_streak_open,
             tuple(sv.zero_streak_ev), sv.progress, sv.progress_elapsed, sv.zero_progress,
-            an.progressing_verdict(), an.stopped_excerpt()),
+            an.progressing_verdict(), an.stopped_excerpt(), an.last_step),
         waits=WaitFacts(tuple(inc.watchdog), tuple(inc.shm_waits), inc.shm_count,
                         an.shm_wait_open(), tuple(inc.rpc_timeouts), tuple(inc.deaths)),
         nccl=NcclFacts(tuple(nc.nccl_warns), nc.nccl_warn_count, _ro(nc.nccl_env),
@@ -131,4 +148,5 @@ def log_facts(an: LogAnalysis) -> LogFacts:
         fast_lines=an.sites.fast_lines, engine=an.engines.engine,
         elastic=tuple(an.elastic.failures), elastic_root=an.elastic.root,
         first_traceback=an.tracebacks.first(),
-        tracebacks=tuple(t for t in an.tracebacks.order if t.frames))
+        tracebacks=tuple(t for t in an.tracebacks.order if t.frames),
+        advice=tuple(an.advice), advice_count=an.advice_count)

@@ -30,6 +30,7 @@ class SignalBook:
             if h is None:
                 h = self.signals[sid] = SignalHits()
             h.count += 1
+            h.last = ev
             self.total += 1
             if len(h.evidence) < MAX_SIGNAL_EVIDENCE:
                 h.evidence.append(ev)

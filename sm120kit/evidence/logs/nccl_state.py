@@ -41,11 +41,12 @@ class NcclState:
                     int(m.group("n"), 16), m.group("op"), ev)
 
     def feed(self, p: Proc, o: Origin, msg: str, ev: Evidence, order: int, vs: VersionScan,
-             note_failure: Callable[[Evidence], None]) -> None:
-        """One NCCL line of process ``p`` (line ``order`` of the input)."""
+             note_failure: Callable[[Evidence], None], advice: bool = False) -> None:
+        """One NCCL line of process ``p`` (line ``order`` of the input); ``advice``: a WARN the
+        library prints on healthy runs too (catalogue benign.toml) is no fault."""
         if o.host and o.pid is not None:
             p.nccl_keys.add(f"{o.host}:{o.pid}")
-        if o.level == "WARN":
+        if o.level == "WARN" and not advice:
             self._warn(p, msg, ev, order, note_failure)
         if " via " in msg:
             t = nccl_transport(msg)

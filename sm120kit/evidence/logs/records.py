@@ -114,6 +114,7 @@ class SignalHits:
     evidence: list[Evidence] = field(default_factory=list)
     procs: list[str] = field(default_factory=list)
     values: set[str] = field(default_factory=set)  # the first named group of each match
+    last: Evidence | None = None  # the last hit (evidence keeps the first few)
 
 
 
