@@ -87,7 +87,8 @@ def _explain_line(text: str, catalogues: tuple[str, ...], as_json: bool) -> int:
         dump_json("diagnose", d, exit_code=0)
         return 0
     if d["advice"]:
-        click.echo("advice, help or a finished step: never read as evidence of a fault")
+        named = f" (catalogue entry {d['advice_entry']})" if d["advice_entry"] else ""
+        click.echo("advice, help or a finished step: never read as evidence of a fault" + named)
     for e in d["entries"]:
         click.echo(f"[{e['category']}] catalogue entry {e['id']} ({e['role']}, "
                    f"confidence {e['confidence']:.2f}): {e['summary']}")

@@ -13,10 +13,13 @@ from sm120kit.diagnose.msgindex.lookup import lookup_line
 
 def explain_line(text: str, cat: Catalogue) -> dict[str, Any]:
     """``{"status", "line", "entries": [...], "matches": [...], "index": {...}}``; ``entries``
-    in the order diagnose tries them (priority); an advice/completion line names nothing."""
+    in the order diagnose tries them (priority); an advice/completion line (or one an ``advice``
+    entry of benign.toml names: ``advice_entry``) names nothing."""
     out = lookup_line(text)
     line = out["line"]
-    out["advice"] = not_evidence(line)
+    adv = cat.advice(line)
+    out["advice"] = not_evidence(line) or adv is not None
+    out["advice_entry"] = adv.id if adv is not None else None
     out["entries"] = [] if out["advice"] else [_entry(cat, eid, line)
                                                for eid, _ in cat.scan(line)]
     return out
