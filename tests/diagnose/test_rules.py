@@ -273,3 +273,26 @@ def test_dcp_warmup_stall_followed_by_nccl_timeouts(tmp_path: Path) -> None:
     assert res.findings[0].rule == "dcp-warmup-stall", [(f.rule, f.confidence) for f in res.findings]
     assert sorted(res.findings[0].ranks) == list(range(8))
     assert all(r["phase"] == "error" for r in res.ranks if r["rank"] is not None)
+
+
+def test_reported_hang_while_serving_is_a_serving_stall(tmp_path: Path) -> None:
+    """A ticket whose author says the server gets stuck, above a log that ends in serving with no
+    error recorded: the stall is placed in serving (weakly: 0.45, a position); the same log
+    without the words stays healthy."""
+    log = [
+        "INFO 03-01 10:00:00 api_server.py:212] vLLM API server version 0.6.3",
+        "INFO 03-01 10:02:10 launcher.py:19] Available routes are:",
+        "INFO:     Started server process [1]",
+        "INFO:     Application startup complete.",
+        "INFO 03-01 10:05:00 metrics.py:351] Avg prompt throughput: 12.0 tokens/s, Avg generation "
+        "throughput: 48.1 tokens/s, Running: 4 reqs, Swapped: 0 reqs, Pending: 0 reqs, GPU KV "
+        "cache usage: 3.1%, CPU KV cache usage: 0.0%.",
+        'INFO:     10.0.0.7:50312 - "POST /v1/chat/completions HTTP/1.1" 200 OK',
+    ]
+    said = ["We run vllm as a server and it gets stuck randomly after some minutes of work, "
+            "sometimes after an hour; the last lines are:", "```", *log, "```"]
+    res = _run(tmp_path, said, "ticket.txt")
+    assert res.exit_code == 1 and res.findings[0].category == "serving-stall", res.verdict
+    assert res.findings[0].confidence <= 0.5
+    quiet = _run(tmp_path, log, "quiet.txt")
+    assert quiet.exit_code == 0 and not quiet.findings, quiet.verdict

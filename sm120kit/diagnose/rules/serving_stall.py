@@ -4,7 +4,8 @@ Evidence, strongest first: the engine's RPC to the workers timed out while servi
 (``RPC call to sample_tokens timed out``, ``execute_model``: a worker stopped answering; the
 engine then dies with ``EngineDeadError``), or the periodic metrics line shows ``Avg generation
 throughput: 0.0 tokens/s`` with ``Running: N reqs`` (N > 0) over consecutive intervals up to the
-end of the log, without recovery. One zero interval during a long prefill is normal.
+end of the log, without recovery. One zero interval during a long prefill is normal. Weakest:
+the reporter says it hangs (a prose cue) and the log ends while serving, with nothing recorded.
 """
 
 from __future__ import annotations
@@ -38,6 +39,11 @@ def check(ctx: RuleContext) -> list[Finding]:
         out.append(RULE.finding(
             0.6, "requests were running at 0.0 tokens/s and the reporter describes a hang: the "
             "server stalled while serving", ev, phase="serving", role="position"))
+    if not out and served and ctx.facts.described.symptoms and not lg.failures:
+        out.append(RULE.finding(
+            0.45, "the reporter says the server hangs or gets stuck and the log ends while it "
+            "serves, with no error recorded: the engine stalled while serving",
+            [ctx.described_ev(0)], phase="serving", role="position"))
     if lg.progress.zero_progress is not None and not out:
         out.append(RULE.finding(
             0.55, "generation never started: the progress bar stays at 0 requests done with "
