@@ -296,3 +296,34 @@ def test_reported_hang_while_serving_is_a_serving_stall(tmp_path: Path) -> None:
     assert res.findings[0].confidence <= 0.5
     quiet = _run(tmp_path, log, "quiet.txt")
     assert quiet.exit_code == 0 and not quiet.findings, quiet.verdict
+
+
+def test_reported_hang_where_the_excerpt_stops_names_that_step(tmp_path: Path) -> None:
+    """The reporter says start-up hangs and the pasted log of a 4-GPU start stops inside the KV
+    cache profiling run with no error: the step's kind of cause (its first tensor-parallel
+    all-reduces: p2p-transport) at 0.45 instead of a bare 'unknown'; the same excerpt without the
+    words stays the weak 0.3 reading of where it was cut."""
+    log = [
+        "INFO 05-02 09:00:00 [api_server.py:1043] vLLM API server version 0.29.0",
+        "INFO 05-02 09:00:01 [config.py:1472] Defaulting to use mp for distributed inference",
+        "INFO 05-02 09:00:02 [core.py:69] Initializing a V1 LLM engine (v0.29.0) with config: "
+        "model='Qwen/Qwen3-32B', tensor_parallel_size=4, pipeline_parallel_size=1",
+        "(VllmWorker rank=0 pid=301) INFO 05-02 09:01:10 [gpu_model_runner.py:1595] Model loading "
+        "took 15.5 GiB and 60.2 s",
+        "(VllmWorker rank=0 pid=301) INFO 05-02 09:01:20 [backends.py:462] Using cache directory: "
+        "/root/.cache/vllm/torch_compile_cache/8a1c/rank_0_0 for vLLM's torch.compile",
+        "(VllmWorker rank=0 pid=301) INFO 05-02 09:01:35 [monitor.py:33] torch.compile takes "
+        "14.2 s in total",
+        # vllm/v1/worker/gpu_model_runner.py (v0.29.0): the profiling run's first line
+        "(VllmWorker rank=0 pid=301) INFO 05-02 09:01:36 [gpu_model_runner.py:6769] Profiling "
+        "CUDA graph memory: PIECEWISE=51 (largest=512), FULL=35 (largest=256)",
+    ]
+    said = ["Startup hangs forever at this point, no error and nothing more is printed:",
+            "```", *log, "```"]
+    res = _run(tmp_path, said, "ticket.txt")
+    top = res.findings[0] if res.findings else None
+    assert res.exit_code == 1 and top is not None and top.rule == "stopped-excerpt", res.verdict
+    assert top.confidence == 0.45, top
+    cut = _run(tmp_path, ["```", *log, "```"], "cut.txt")  # the same paste, no words
+    assert cut.findings and cut.findings[0].confidence == 0.3, cut.verdict
+    assert cut.findings[0].category == top.category
