@@ -161,11 +161,15 @@ FIXED: dict[str, tuple[str, str]] = {
         "00000000 00000000 00000000 00000000\n"
         "00000001 00000000 00000000 00000000\n"
         "00000000 00008914 100000f7 00005ad2\n")),
-    # torch c10/cuda/CUDAFunctions.cpp with cudaErrorNoDevice (100)
-    'cuda-no-device': ('config-invalid', _VLLM + (
-        "RuntimeError: Unexpected error from cudaGetDeviceCount(). Did you run some cuda functions "
-        "before calling NumCudaDevices() that might have already set an error? Error 100: no "
-        "CUDA-capable device is detected\n")),
+    # torch 1.x aten/src/THC/THCGeneral.cpp (THCudaCheck) with cudaErrorNoDevice; slczgwh/REDN#5
+    'cuda-no-device': ('config-invalid', (
+        "THCudaCheck FAIL file=/pytorch/aten/src/THC/THCGeneral.cpp line=50 error=100 : no "
+        "CUDA-capable device is detected\n"
+        "Traceback (most recent call last):\n"
+        '  File "train.py", line 67, in <module>\n'
+        "    model = model.cuda()\n"
+        "RuntimeError: cuda runtime error (100) : no CUDA-capable device is detected at "
+        "/pytorch/aten/src/THC/THCGeneral.cpp:50\n")),
     # NCCL include/checks.h with cudaErrorStubLibrary (34); horovod/horovod#3831
     'cuda-stub': ('config-invalid', _NCCL_TESTS + (
         "node1:33207:33207 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>\n"
@@ -180,6 +184,21 @@ FIXED: dict[str, tuple[str, str]] = {
     # CUDA runtime cudaErrorMpsConnectionFailed (805)
     'cuda-mps': ('config-invalid', _cuda(
         "MPS client failed to connect to the MPS control daemon or the MPS server")),
+    # vLLM's bundled pynvml (v0.10.0) with NVML_ERROR_LIB_RM_VERSION_MISMATCH; vllm-project/vllm#29737
+    'nvml-rm-mismatch': ('library-version', _VLLM + (
+        "Traceback (most recent call last):\n"
+        '  File "/usr/local/lib/python3.12/dist-packages/vllm/third_party/pynvml.py", line 1047, '
+        "in _nvmlCheckReturn\n"
+        "    raise NVMLError(ret)\n"
+        "vllm.third_party.pynvml.NVMLError_LibRmVersionMismatch: RM has detected an NVML/RM "
+        "version mismatch.\n")),
+    # vLLM's bundled pynvml (v0.10.0, _LoadNvmlLibrary) without libnvidia-ml.so.1
+    'nvml-library-not-found': ('config-invalid', _VLLM + (
+        "Traceback (most recent call last):\n"
+        '  File "/usr/local/lib/python3.12/dist-packages/vllm/third_party/pynvml.py", line 2422, '
+        "in _LoadNvmlLibrary\n"
+        "    _nvmlCheckReturn(NVML_ERROR_LIBRARY_NOT_FOUND)\n"
+        "vllm.third_party.pynvml.NVMLError_LibraryNotFound: NVML Shared Library Not Found\n")),
     # NVML in a container that lost its devices; NVIDIA/nvidia-container-toolkit#48
     'nvml-unknown': ('config-invalid', (
         "$ docker exec -it vllm-server nvidia-smi\n"
