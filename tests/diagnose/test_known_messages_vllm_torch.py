@@ -112,7 +112,7 @@ FIXED = [
     # c10/cuda/CUDAFunctions.cpp (v2.5.1), cudaErrorSystemNotReady; pytorch/pytorch#35710
     ("RuntimeError: Unexpected error from cudaGetDeviceCount(). Did you run some cuda functions "
      "before calling NumCudaDevices() that might have already set an error? Error 802: system not "
-     "yet initialized", "library-version", "cuda-system-not-ready"),
+     "yet initialized", "config-invalid", "cuda-system-not-ready"),
     # transformers models/auto/tokenization_auto.py (v4.42.4); vllm-project/vllm#38099
     ("ValueError: Tokenizer class TokenizersBackend does not exist or is not currently imported.",
      "library-version", "transformers-tokenizer-class-unknown"),

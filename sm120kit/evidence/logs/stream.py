@@ -25,8 +25,9 @@ BLOCK = 1 << 20
 MAX_LINE = 64 * 1024
 NCCL_INFO = b" NCCL INFO "
 # NCCL INFO lines worth parsing; every other NCCL INFO line is skipped unparsed
+# ("Bootstrap : Using" / "NET/Socket : Using": the interface NCCL chose, once per rank)
 NCCL_KEEP: tuple[bytes, ...] = (b" via ", b"NCCL version", b"Init COMPLETE", b" nRanks ", b"NCCL_", b".cc:",
-                               b"exceeds")
+                               b"exceeds", b"Bootstrap", b"NET/Socket : Using")
 
 
 # Serving chatter: HTTP access lines (not 5xx), request lifecycle lines and speculative-decoding
