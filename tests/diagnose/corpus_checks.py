@@ -160,3 +160,22 @@ def frozen_corpus_tests(here: Path, entries: list[dict[str, Any]], required: tup
 
     return (test_entry_schema, test_file_present_and_utf8, test_ids_unique_and_every_file_listed,
             test_no_thread_shared_with_another_corpus, test_frozen_hashes_match)
+
+
+def check_quotes(here: Path, entries: list[dict[str, Any]], in_excerpt: tuple[str, ...],
+                 strict: bool = False) -> None:
+    """Every established cause quotes its own thread; the quotes of ``in_excerpt`` come from the
+    excerpt's own post and are in its text; with ``strict`` every other quote (from a later
+    post) is not in the excerpt (not silently copied from it)."""
+    for entry in entries:
+        cause = entry["established_cause"]
+        if cause is not None:
+            assert cause["quote_url"] == entry["source_url"], entry["id"]
+    by_id = {e["id"]: e for e in entries}
+    for name in in_excerpt:
+        text = (here / by_id[name]["file"]).read_text(encoding="utf-8")
+        assert by_id[name]["established_cause"]["quote"] in text, name
+    others = [e for e in entries if e["established_cause"] and e["id"] not in in_excerpt]
+    for entry in others if strict else ():
+        text = (here / entry["file"]).read_text(encoding="utf-8")
+        assert entry["established_cause"]["quote"] not in text, entry["id"]
