@@ -1,13 +1,14 @@
 """What the host, the OS, Python's process model and the model download say (catalogue file
 known-host.toml): CPython's multiprocessing, the errno texts Python's OSError prints, the
-Hugging Face Hub client (huggingface_hub, requests, urllib3), SGLang's port checks and the
-shell's report of a SIGILL. Each log is the message in the shape its software prints it
-(wording from the source named in the comment), inside the lines a vLLM / SGLang start prints
-around it; the top finding names the category an engineer who knows that software names, and it
-rests on an entry of known-host.toml (without those entries these logs were `rank-crashed`,
-`unknown` or, for a full download disk, `shared-memory`). vLLM's spawn warnings, a download that
-retried and resumed, and huggingface_hub's disk-space warning on a start that completes stay
-exit 0; a full /dev/shm stays shared memory."""
+Hugging Face Hub client (huggingface_hub, requests, urllib3), ModelScope's client, asyncio's
+bind of the API server, SGLang's port checks and the shell's report of a SIGILL. Each log is the
+message in the shape its software prints it (wording from the source named in the comment),
+inside the lines a vLLM / SGLang start prints around it; the top finding names the category an
+engineer who knows that software names, and it rests on an entry of known-host.toml (without
+those entries these logs were `rank-crashed`, `unknown` or, for a full download disk,
+`shared-memory`). vLLM's spawn warnings, a download that retried and resumed, ModelScope's
+logged 404 in a run that goes on, and huggingface_hub's disk-space warning on a start that
+completes stay exit 0; a full /dev/shm stays shared memory."""
 
 from __future__ import annotations
 
@@ -171,6 +172,25 @@ FIXED: dict[str, tuple[str, str]] = {
         "Traceback (most recent call last):\n"
         '  File "/usr/local/lib/python3.10/dist-packages/sglang/srt/utils/network.py", line 102, in wait_port_available\n'
         "ValueError: metrics_port at 40290 is not available in 30 seconds. metrics_port is used by a process already. process.name()='sglang' process.cmdline()=['python3']\n")),
+    # CPython v3.12.0 Lib/asyncio/base_events.py (create_server) under uvicorn; https://github.com/haotian-liu/LLaVA/issues/38
+    'server-bind-address': ('config-invalid', _VLLM + (
+        "INFO 03-10 11:05:00 api_server.py:937] Starting vLLM API server on http://::1:8000\n"
+        "INFO:     Started server process [20125]\n"
+        "INFO:     Waiting for application startup.\n"
+        "INFO:     Application startup complete.\n"
+        "ERROR:    [Errno 99] error while attempting to bind on address ('::1', 8000, 0, 0): cannot assign requested address\n"
+        "INFO:     Waiting for application shutdown.\n"
+        "INFO:     Application shutdown complete.\n")),
+    # ModelScope v1.20.1 modelscope/hub/errors.py (handle_http_response), VLLM_USE_MODELSCOPE=True
+    'modelscope-model-missing': ('config-invalid', _VLLM + (
+        "2025-04-12 10:00:00,001 - modelscope - ERROR - The request model: google/gemma-2-9b does not exist!\n"
+        "Traceback (most recent call last):\n"
+        '  File "/usr/local/lib/python3.10/site-packages/modelscope/hub/errors.py", line 120, in handle_http_response\n'
+        "    raise HTTPError(http_error_msg, response=response)\n"
+        "requests.exceptions.HTTPError: The request model: google/gemma-2-9b does not exist!\n")),
+    # ModelScope v1.20.1 modelscope/hub/api.py; https://github.com/vllm-project/vllm-ascend/issues/829
+    'modelscope-revision': ('config-invalid', _VLLM + (
+        "modelscope.hub.errors.NotExistError: The model: Qwen/Qwen2.5-VL-7B-Instruct has no revision: main !\n")),
     # bash's report of SIGILL; https://github.com/intel/ipex-llm/issues/12922
     'sigill': ('library-version', (
         "INFO 03-03 10:00:01 [__init__.py:239] Automatically detected platform cpu.\n"
@@ -193,6 +213,12 @@ HEALTHY: dict[str, str] = {
         "Trying to resume download...\n"
         "INFO 03-10 11:04:00 weight_utils.py:270] Time spent downloading weights for meta-llama/Llama-3.1-8B-Instruct: 95.1 seconds\n"
     ) + _READY,
+    # ModelScope's client logs a 404 at ERROR and the caller (ms-swift) goes on: not the raised
+    # HTTPError; https://github.com/QwenLM/Qwen3-VL/issues/841
+    'modelscope-logged-404': (
+        "[INFO:swift] model_parameter_info: Qwen2_5_VLForConditionalGeneration: 8292.1667M Params (589.5718M Trainable [7.1100%]), 0.0019M Buffers.\n"
+        "[ERROR:modelscope] The request model: unknown does not exist!\n"
+        "[INFO:swift] The training of Epoch 1 starts...\n"),
     # huggingface_hub file_download.py (_check_disk_space): a warning; the download fits after all
     'hub-disk-space-warning': _VLLM + (
         "/usr/local/lib/python3.10/dist-packages/huggingface_hub/file_download.py:653: UserWarning: Not enough free disk space to download the file. The expected file size is: 4976.70 MB. The target location /root/.cache/huggingface/hub/models--meta-llama--Llama-3.1-8B-Instruct/blobs only has 4100.31 MB free disk space.\n"
