@@ -60,6 +60,22 @@ _WARM = [_at("v1/worker/gpu_worker.py", 512, "compile_or_warm_up_model", "kernel
 _CAPTURE = [_at("v1/worker/gpu_model_runner.py", 6120, "initialize_cudagraph_capture",
                 "cudagraph_mode = self.compilation_config.resolve_cudagraph_mode_and_sizes(")]
 
+# the selector config as vLLM 0.34 prints it (vllm/v1/attention/selector.py __repr__)
+_SELECTOR = (
+    "AttentionSelectorConfig(head_size=576, dtype=torch.bfloat16, kv_cache_dtype={kv}, "
+    "block_size={bs}, use_mla=True, has_sink=False, use_sparse=True, use_mm_prefix=False, "
+    "use_per_head_quant_scales=False, attn_type=decoder, has_sliding_window=False, "
+    "use_non_causal=False, use_batch_invariant=False, use_kv_connector=False, "
+    "use_adaptive_verification=False, use_pcp=False, use_dcp=True, use_rswa=False).")
+# a FlashInfer JIT build as ninja prints it under the SM120 warmup (a pasted excerpt)
+_JIT = (
+    "(Worker_TP0_DCP0 pid=400) INFO 05-15 05:01:00 [kernel_warmup.py:109] Warming up FlashInfer "
+    "SM120 sparse MLA decode kernels.\n"
+    "FAILED: [code={code}] /root/.cache/flashinfer/0.7.4/120a/cached_ops/sparse_mla_sm120/"
+    "sparse_mla_sm120.cuda.o\n"
+    "{err}\n"
+    "ninja: build stopped: subcommand failed.\n")
+
 # name -> (log text, expected category); the source that prints the message in the comment
 FIXED: dict[str, tuple[str, str]] = {
     # vllm/config/parallel.py (v0.34.0); before: config-rejected
@@ -174,6 +190,38 @@ FIXED: dict[str, tuple[str, str]] = {
                      "raise _TuningGroupError(")],
         "RuntimeError: Distributed autotuning cannot synchronize during an active CUDA Graph "
         "capture"), "cudagraph-capture"),
+    # vllm/platforms/cuda.py (v0.34.0), the SM120 backend's block-size reason (multiples of 64,
+    # flashinfer_mla_sparse.py); before: config-rejected
+    "sparse-mla-block-size": (_crash(
+        _LOAD + [_at("platforms/cuda.py", 513, "get_attn_backend_cls")],
+        "ValueError: No valid attention backend found for cuda with " + _SELECTOR.format(
+            kv="fp8_ds_mla", bs=32) + " Reasons: {FLASHMLA_SPARSE: [compute capability not "
+        "supported], FLASHINFER_MLA_SPARSE: [compute capability not supported], "
+        "FLASHINFER_MLA_SPARSE_SM120: [block_size not supported]}."), "config-invalid"),
+    # the same, the SM120 backend's KV-dtype reason; before: config-rejected
+    "sparse-mla-needs-fp8-ds-mla-selector": (_crash(
+        _LOAD + [_at("platforms/cuda.py", 513, "get_attn_backend_cls")],
+        "ValueError: No valid attention backend found for cuda with " + _SELECTOR.format(
+            kv="fp8_e5m2", bs=64) + " Reasons: {FLASHMLA_SPARSE: [compute capability not "
+        "supported], FLASHINFER_MLA_SPARSE: [compute capability not supported], "
+        "FLASHINFER_MLA_SPARSE_SM120: [kv_cache_dtype not supported]}."), "config-invalid"),
+    # vllm/v1/attention/ops/dcp.py (v0.34.0) with VLLM_USE_DIRECT_DCP_Q_GATHER=1 on PCIe;
+    # before: index-match 0.55
+    "dcp-direct-gather-needs-multicast": (_crash(
+        _WARM + [_at("v1/attention/ops/dcp.py", 1315, "__init__")],
+        "RuntimeError: Direct DCP q-gather requires NVLS symmetric-memory multicast."),
+        "dcp-unsupported"),
+    # nvcc killed under FlashInfer's JIT (flashinfer/jit/cpp_ext.py runs ninja);
+    # flashinfer-ai/flashinfer#3030, PR #3636 (RTX 5090); before: rank-crashed / cold-start
+    "jit-compiler-killed-host-oom": (_head() + _JIT.format(
+        code=137, err="nvcc error   : 'cicc' died due to signal 9 (Kill signal)"),
+        "out-of-memory"),
+    # ninja's "build stopped" (src/ninja.cc) after a compile error in a FlashInfer JIT unit;
+    # before: rank-crashed
+    "jit-ninja-build-stopped": (_head() + _JIT.format(
+        code=1, err="/root/.cache/flashinfer/0.7.4/120a/generated/sparse_mla_sm120/"
+                    "sparse_mla_sm120.cu(211): error: identifier \"__nv_fp8x4_e4m3\" is undefined"),
+        "library-version"),
 }
 
 
@@ -204,6 +252,11 @@ def _ready(tp: int, dcp: int, warnings: list[str]) -> str:
 
 
 _W = "(Worker_TP0_DCP0 pid=400) WARNING 05-15 05:01:10 "
+_WS = (_W + "[flashinfer_mla_sparse.py:404] VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE=402653184 is "
+       "below the 805306368 bytes computed for the sparse MLA workspace with dcp_world_size=4, "
+       "64 heads/rank and max_num_batched_tokens=8192. Respecting the override, but the "
+       "trtllm-gen kernel may crash with a workspace overflow; set "
+       "VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE=805306368 or unset it to use the computed size.")
 HEALTHY: dict[str, str] = {
     "dcp4-sm120-plain": _ready(4, 4, []),
     # warnings a DCP start survives: our patch 0006's clamp (warmup.py), the SM120 warmup's
@@ -219,6 +272,21 @@ HEALTHY: dict[str, str] = {
         "CUDAGraphMode.FULL_AND_PIECEWISE is not supported with spec-decode for attention backend "
         "FlashInferMLASparseSM120MetadataBuilder (support: "
         "AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE); setting cudagraph_mode=PIECEWISE",
+        # vllm/v1/attention/backends/mla/flashinfer_mla_sparse.py (v0.34.0): advice, no crash
+        _WS,
+    ]),
+    # vLLM's fallbacks for decode kernels without LSE (vllm/utils/flashinfer.py v0.25.1,
+    # v1/attention/backends/flashinfer.py v0.34.0) and the DCP CUDA-graph override
+    # (vllm/config/vllm.py v0.12.0): the start goes on. dcp.toml's "does not support DCP"
+    # answered the first two dcp-unsupported at 0.95 before it excluded "reverting to".
+    "dcp4-lse-fallback-warnings": _ready(4, 4, [
+        _W + "[flashinfer.py:280] Trtllm does not support returning LSE and as a result does not "
+        "support DCP, reverting to FlashInfer",
+        _W + "[flashinfer.py:1210] FlashInfer XQA decode does not support returning LSE and "
+        "therefore does not support DCP, reverting to native FlashInfer decode.",
+        "(EngineCore_DP0 pid=300) WARNING 05-15 05:00:20 [vllm.py:520] Decode context parallel "
+        "(DCP) is enabled, which is incompatible with full CUDA graphs. Overriding cudagraph_mode "
+        "to PIECEWISE.",
     ]),
 }
 
@@ -255,3 +323,16 @@ def test_the_warmup_clamp_names_the_cause_of_a_warmup_stall(tmp_path: Path) -> N
     # the structural warmup-stall rule places the stall; the entry names why the warmup was
     # rank-asymmetric (without it no finding says the prompt was clamped)
     assert ("dcp-warmup", "dcp-warmup-prompt-clamped") in cats, cats
+
+
+def test_a_too_small_workspace_override_names_the_crash_it_warned_of(tmp_path: Path) -> None:
+    """The workspace warning alone is advice (healthy case above); when a worker then dies in the
+    trtllm-gen kernel the override is the cause, above the device fault that follows from it."""
+    log = tmp_path / "ws.log"
+    log.write_text(_head() + _WS + "\n" + W0 + "torch.AcceleratorError: CUDA error: an illegal "
+                   "memory access was encountered\n" + L.DIED.format(pid=300, ts=L.ts(130), r=0,
+                                                                     code=-6) + "\n")
+    res = diagnose([log])
+    assert res.exit_code == 1 and res.findings, res.verdict
+    top = res.findings[0]
+    assert (top.category, top.rule) == ("config-invalid", "sparse-mla-workspace-override-too-small")
