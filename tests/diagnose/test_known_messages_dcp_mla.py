@@ -211,6 +211,20 @@ FIXED: dict[str, tuple[str, str]] = {
         _WARM + [_at("v1/attention/ops/dcp.py", 1315, "__init__")],
         "RuntimeError: Direct DCP q-gather requires NVLS symmetric-memory multicast."),
         "dcp-unsupported"),
+    # vllm/v1/attention/backends/mla/triton_mla.py (v0.34.0), an MTP draft with sliding-window
+    # layers under DCP; before: dcp.toml's "no softmax LSE" reading
+    "dcp-draft-model-unsupported": (_crash(
+        _WARM + [_at("v1/attention/backends/mla/triton_mla.py", 209, "__init__",
+                     "assert sliding_window is None or self.dcp_world_size == 1, (")],
+        "AssertionError: Sliding-window Triton MLA does not support decode context parallelism; "
+        "for a draft model, set draft_decode_context_parallel_size=1."), "dcp-unsupported"),
+    # vllm/config/speculative.py (v0.27.0); before: index-match
+    "dcp-draft-model-dspark": (
+        "(APIServer pid=1) INFO 05-15 05:00:00 [utils.py:240] non-default args: {'model': "
+        "'zai-org/GLM-5.1-FP8', 'tensor_parallel_size': 4, 'decode_context_parallel_size': 4, "
+        "'speculative_config': {'method': 'dspark', 'num_speculative_tokens': 3}}\n"
+        "(APIServer pid=1) ValueError: MLA DSpark does not currently support decode context "
+        "parallelism; set decode_context_parallel_size=1.\n", "dcp-unsupported"),
     # nvcc killed under FlashInfer's JIT (flashinfer/jit/cpp_ext.py runs ninja);
     # flashinfer-ai/flashinfer#3030, PR #3636 (RTX 5090); before: rank-crashed / cold-start
     "jit-compiler-killed-host-oom": (_head() + _JIT.format(
