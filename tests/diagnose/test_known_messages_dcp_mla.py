@@ -140,7 +140,7 @@ FIXED: dict[str, tuple[str, str]] = {
     # "no softmax LSE" reading
     "dcp-model-layers-hybrid-mamba": (_crash(
         _LOAD, "ValueError: DCP is not supported for hybrid MLA+Mamba models."), "dcp-unsupported"),
-    # vllm/v1/worker/gpu_model_runner.py (v0.11.0), MTP with DCP; before: index-match 0.55
+    # vllm/v1/worker/gpu_model_runner.py (v0.11.0); vllm#28100; before: index-match 0.55
     "dcp-spec-decode-old-release": (_crash(
         _WARM + [_at("v1/worker/gpu_model_runner.py", 509, "_may_reorder_batch", "assert (")],
         "AssertionError: DCP not support reorder_batch_threshold > 1 now."), "dcp-unsupported"),
