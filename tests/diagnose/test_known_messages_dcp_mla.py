@@ -126,6 +126,12 @@ FIXED: dict[str, tuple[str, str]] = {
         _LOAD + [_at("v1/attention/backends/mla/flashmla.py", 242, "__init__",
                      "assert is_supported, reason")],
         "AssertionError: FlashMLA Dense is only supported on Hopper devices."), "library-version"),
+    # flashinfer/mla/_core.py (v0.7.4) under a cu126 torch; before: config-rejected
+    "flashinfer-sm120-sparse-mla-needs-cuda": (_crash(
+        _WARM + [(f"{SP}/flashinfer/mla/_core.py", 375, "_trtllm_batch_decode_sparse_mla_sm120",
+                  "raise ValueError(")],
+        "ValueError: SM120 sparse MLA requires SM120a (CUDA >= 12.8) or SM121a (CUDA >= 13.0)"),
+        "library-version"),
     # vllm/v1/attention/backends/mla/common.py (v0.14.1); vllm#34795; before: index-match 0.55
     "dcp-mla-quantized-kv-old-release": (_crash(
         _WARM + [_at("v1/attention/backends/mla/common.py", 2134, "forward",
