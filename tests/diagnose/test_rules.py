@@ -198,7 +198,8 @@ def test_config_invalid(tmp_path: Path) -> None:
             f"(APIServer pid=1) {L.DIVISIBLE}"]
     res = _run(tmp_path, rows)
     assert res.findings[0].category == "config-invalid"
-    assert res.findings[0].rule == "config-rejected" and "divisible" in res.findings[0].summary
+    # known-dcp-mla.toml's entry names the pair (config.toml's generic config-rejected names no flag)
+    assert res.findings[0].rule == "dcp-size-not-dividing-tp" and "divisible" in res.findings[0].summary
     assert res.config["tp"] == 6 and res.config["dcp"] == 4
 
 
