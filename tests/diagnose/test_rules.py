@@ -328,3 +328,30 @@ def test_reported_hang_where_the_excerpt_stops_names_that_step(tmp_path: Path) -
     cut = _run(tmp_path, ["```", *log, "```"], "cut.txt")  # the same paste, no words
     assert cut.findings and cut.findings[0].confidence == 0.3, cut.verdict
     assert cut.findings[0].category == top.category
+
+
+def test_empty_failed_procs_after_a_crash_is_the_crash_not_a_cold_start(tmp_path: Path) -> None:
+    """``Failed core proc(s): {}`` says an engine process ended before its exit code was read
+    (vllm/v1/engine/utils.py wait_for_engine_startup), not that a wait ran out: after the engine
+    core's own traceback the crash is the answer, even when its message names nvcc; only
+    compile progress with no crash reads as a cold start that ended at the ready wait."""
+    head = ["INFO 06-01 10:00:00 [api_server.py:1043] vLLM API server version 0.10.1",
+            "(EngineCore_0 pid=88) INFO 06-01 10:00:20 [gpu_model_runner.py:1843] Starting to "
+            "load model deepseek-ai/DeepSeek-V3.2-Exp..."]
+    crash = ["(EngineCore_0 pid=88) ERROR 06-01 10:01:00 [core.py:700] EngineCore failed to start.",
+             "(EngineCore_0 pid=88) ERROR 06-01 10:01:00 [core.py:700] Traceback (most recent "
+             "call last):",
+             '(EngineCore_0 pid=88) ERROR 06-01 10:01:00 [core.py:700]   File "/usr/lib/python3.12/'
+             'site-packages/vllm/attention/ops/flashmla.py", line 30, in <module>',
+             "(EngineCore_0 pid=88) ERROR 06-01 10:01:00 [core.py:700] ImportError: "
+             "vllm._flashmla_C is not available, likely was not compiled due to insufficient nvcc "
+             "version or a supported arch was not in the list of target arches to compile for."]
+    tail = ["RuntimeError: Engine core initialization failed. See root cause above. Failed core "
+            "proc(s): {}"]
+    res = _run(tmp_path, head + crash + tail, "crash.log")
+    assert res.findings and res.findings[0].category != "cold-start-timeout", res.verdict
+    assert "cold-start-timeout" not in _rules(res)
+    jit = ["(EngineCore_0 pid=88) INFO 06-01 10:00:40 [jit.py:120] FlashInfer JIT compiling "
+           "module batch_mla_sparse_sm120 (this may take several minutes)"]
+    cold = _run(tmp_path, head + jit + tail, "cold.log")
+    assert cold.findings and cold.findings[0].category == "cold-start-timeout", cold.verdict

@@ -38,8 +38,10 @@ def check(ctx: RuleContext) -> list[Finding]:
     if died:
         return []  # a dead engine/worker is the cause; first-dead-rank names it
     phase = field_phase(stage) or "startup"
-    if not timeout and not jit:
-        return []  # a process ended; without a compile in progress that is a crash, not a wait
+    crashed = any(p.exception is not None and "initialization failed" not in p.exception[1]
+                  for p in lg.procs.values())
+    if not timeout and (not jit or crashed):
+        return []  # a process ended: a crash (read by the crash rules), unless it was compiling
     if compiling:
         where = f" while the engine was in {phase}" if stage else ""
         return [RULE.finding(
