@@ -1,13 +1,15 @@
 """Generate the message index shipped in ``sm120kit/diagnose/msgindex/index.sqlite``: every
-message vLLM, torch.distributed, FlashInfer, Ray, SGLang, transformers and safetensors can raise
-or log at warning and above (Python, read with ``ast``), plus the C/C++/CUDA/NCCL/HAMi templates
-``scripts/msgindex_c.py`` extracted (``scripts/msgindex-sources/c-templates.jsonl.gz``), one
+message vLLM, torch.distributed and torch.cuda, FlashInfer, Ray, SGLang, TGI, transformers,
+safetensors and huggingface_hub can raise or log at warning and above (Python, read with
+``ast``; TGI's Rust launcher/router/backends with ``scripts/msgindex_rs.py``), plus the
+C/C++/CUDA/NCCL/HAMi templates ``scripts/msgindex_c.py`` extracted (``scripts/msgindex-sources/c-templates.jsonl.gz``), one
 template per message, deduplicated across releases (``since``/``until``), each with the category
 ``catalogue/index_map.toml`` gives it.
 
 Inputs are release wheels from PyPI (``pip download --no-deps --only-binary :all:``; vLLM's sdists
-need the CUDA toolchain just to report their metadata), unpacked into ``--cache`` (default
-``$XDG_CACHE_HOME/sm120kit/msgindex-src``), read, never imported.
+need the CUDA toolchain just to report their metadata), or, for TGI (not on PyPI), the release
+tags of its git mirror (``git archive``; ``$SM120KIT_GIT_MIRRORS``), unpacked into ``--cache``
+(default ``$XDG_CACHE_HOME/sm120kit/msgindex-src``), read, never imported.
 
     python scripts/build_message_index.py                 # all inputs -> the shipped index
     python scripts/build_message_index.py --only vllm     # a quick partial run (not shipped)
@@ -46,7 +48,7 @@ from msgindex_common import (  # noqa: E402
 )
 from msgindex_fetch import Source, default_cache, tree  # noqa: E402
 from msgindex_py import extract_file  # noqa: E402
-from msgindex_rs import extract_rust_file  # noqa: E402
+from msgindex_rs import RS_EXTRACTOR, extract_rust_file  # noqa: E402
 
 from sm120kit.diagnose.msgindex import FORMAT, MIN_LITERAL, SHIPPED, version_key  # noqa: E402
 from sm120kit.diagnose.msgindex.mapping import MAP_FILE, IndexMap, load_map  # noqa: E402
@@ -132,7 +134,8 @@ class ExtractCache:
 
     def templates(self, root: Path, rel: str, project: str, version: str) -> list[RawTemplate]:
         b = (root / rel).read_bytes()
-        key = (project, rel, _hash(b))
+        # a Rust file's templates also depend on the Rust extractor's version
+        key = (project, f"{rel}#{RS_EXTRACTOR}" if rel.endswith(".rs") else rel, _hash(b))
         got = self.data.get(key)
         if got is None:
             read = extract_rust_file if rel.endswith(".rs") else extract_file
@@ -327,7 +330,8 @@ def build(trees: list[tuple[str, str, str, Path]], out: Path, cache: ExtractCach
         counts[p] = {"releases": len(releases[p]),
                      "templates": sum(1 for m in merged if m.project == p)}
     meta: dict[str, object] = {
-        "format": FORMAT, "extractor": EXTRACTOR_VERSION, "map_sha256": map_digest(),
+        "format": FORMAT, "extractor": EXTRACTOR_VERSION, "rust_extractor": RS_EXTRACTOR,
+        "map_sha256": map_digest(),
         "inputs": inputs, "c_inputs": c_inputs, "pending": pending, "skipped": SKIPPED,
         "releases": releases, "projects": counts, "generated": time.strftime("%Y-%m-%d"),
         "c_templates_sha256": (hashlib.sha256(c_file.read_bytes()).hexdigest()

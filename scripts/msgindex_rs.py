@@ -9,10 +9,13 @@ themselves. A macro whose first argument is not a string literal (``error!("{}",
 
 from __future__ import annotations
 
+import bisect
 import re
 from pathlib import Path
 
 from msgindex_common import RawTemplate
+
+RS_EXTRACTOR = "rs-2"  # in the extraction cache's key of a .rs file: bump when the output changes
 
 # tracing's macros at warning and above, panic!, and thiserror's attribute
 _MACRO = re.compile(r"(?<![\w:])(?:tracing::)?(?P<m>error|warn|panic)!\s*\(|#\[error\(")
@@ -75,7 +78,8 @@ def _first_literal(src: str, i: int) -> str | None:
             if got is None:
                 return None
             before = src[i:j].rstrip()
-            if depth == 0 and not before.endswith("="):
+            # a ``key = "value"`` field or tracing's ``target: "..."`` is no format string
+            if depth == 0 and not before.endswith(("=", ":")):
                 return got[0]
             j = got[1]
             continue
@@ -97,12 +101,50 @@ def format_parts(fmt: str) -> tuple[tuple[str, str], ...]:
         parts.append(("lit", tok[0]) if tok in ("{{", "}}") else ("hole", "any"))
         pos = m.end()
     parts.append(("lit", fmt[pos:]))
-    return tuple(p for p in parts if p != ("lit", ""))
+    out: list[tuple[str, str]] = []
+    for k, v in parts:
+        if k == "lit" and out and out[-1][0] == "lit":
+            out[-1] = ("lit", out[-1][1] + v)
+        elif (k, v) != ("lit", ""):
+            out.append((k, v))
+    return tuple(out)
+
+
+def _quoted_spans(src: str) -> list[tuple[int, int]]:
+    """(start, end) of every string literal and comment: a macro name inside one is text."""
+    spans: list[tuple[int, int]] = []
+    i = 0
+    n = len(src)
+    while i < n:
+        c = src[i]
+        if src.startswith("//", i):
+            e = src.find("\n", i)
+            e = n if e < 0 else e
+        elif src.startswith("/*", i):
+            e = src.find("*/", i + 2)
+            e = n if e < 0 else e + 2
+        elif c == '"' or (c == "r" and re.match(r'r#*"', src[i:i + 8]) and
+                          (i == 0 or not (src[i - 1].isalnum() or src[i - 1] == "_"))):
+            got = _string_at(src, i)
+            e = n if got is None else got[1]
+        elif c == "'" and re.match(r"'(?:\\.|[^\\'])'", src[i:i + 4]):
+            e = src.index("'", i + 2) + 1
+        else:
+            i += 1
+            continue
+        spans.append((i, e))
+        i = e
+    return spans
 
 
 def extract_rust(text: str, rel: str, project: str, version: str) -> list[RawTemplate]:
     out: list[RawTemplate] = []
+    spans = _quoted_spans(text)
+    starts = [a for a, _ in spans]
     for m in _MACRO.finditer(text):
+        k = bisect.bisect_right(starts, m.start()) - 1
+        if k >= 0 and spans[k][0] <= m.start() < spans[k][1]:
+            continue
         fmt = _first_literal(text, m.end())
         if fmt is None or not fmt.strip():
             continue
