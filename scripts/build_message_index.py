@@ -1,13 +1,15 @@
 """Generate the message index shipped in ``sm120kit/diagnose/msgindex/index.sqlite``: every
-message vLLM, torch.distributed, FlashInfer, Ray, SGLang, transformers and safetensors can raise
-or log at warning and above (Python, read with ``ast``), plus the C/C++/CUDA/NCCL/HAMi templates
-``scripts/msgindex_c.py`` extracted (``scripts/msgindex-sources/c-templates.jsonl.gz``), one
+message vLLM, torch.distributed and torch.cuda, FlashInfer, Ray, SGLang, TGI, transformers,
+safetensors and huggingface_hub can raise or log at warning and above (Python, read with
+``ast``; TGI's Rust launcher/router/backends with ``scripts/msgindex_rs.py``), plus the
+C/C++/CUDA/NCCL/HAMi templates ``scripts/msgindex_c.py`` extracted (``scripts/msgindex-sources/c-templates.jsonl.gz``), one
 template per message, deduplicated across releases (``since``/``until``), each with the category
 ``catalogue/index_map.toml`` gives it.
 
 Inputs are release wheels from PyPI (``pip download --no-deps --only-binary :all:``; vLLM's sdists
-need the CUDA toolchain just to report their metadata), unpacked into ``--cache`` (default
-``$XDG_CACHE_HOME/sm120kit/msgindex-src``), read, never imported.
+need the CUDA toolchain just to report their metadata), or, for TGI (not on PyPI), the release
+tags of its git mirror (``git archive``; ``$SM120KIT_GIT_MIRRORS``), unpacked into ``--cache``
+(default ``$XDG_CACHE_HOME/sm120kit/msgindex-src``), read, never imported.
 
     python scripts/build_message_index.py                 # all inputs -> the shipped index
     python scripts/build_message_index.py --only vllm     # a quick partial run (not shipped)
@@ -46,6 +48,7 @@ from msgindex_common import (  # noqa: E402
 )
 from msgindex_fetch import Source, default_cache, tree  # noqa: E402
 from msgindex_py import extract_file  # noqa: E402
+from msgindex_rs import RS_EXTRACTOR, extract_rust_file  # noqa: E402
 
 from sm120kit.diagnose.msgindex import FORMAT, MIN_LITERAL, SHIPPED, version_key  # noqa: E402
 from sm120kit.diagnose.msgindex.mapping import MAP_FILE, IndexMap, load_map  # noqa: E402
@@ -54,7 +57,7 @@ EXTRACTOR_VERSION = "py-4"
 C_TEMPLATES = HERE / "msgindex-sources" / "c-templates.jsonl.gz"
 
 VLLM = (
-    "0.6.0 0.6.1 0.6.1.post1 0.6.1.post2 0.6.2 0.6.3 0.6.3.post1 0.6.4 0.6.4.post1 0.6.5 0.6.6 "
+    "0.5.0 0.5.0.post1 0.5.1 0.5.2 0.5.3 0.5.3.post1 0.5.4 0.5.5 0.6.0 0.6.1 0.6.1.post1 0.6.1.post2 0.6.2 0.6.3 0.6.3.post1 0.6.4 0.6.4.post1 0.6.5 0.6.6 "
     "0.6.6.post1 0.7.0 0.7.1 0.7.2 0.7.3 0.8.0 0.8.1 0.8.2 0.8.3 0.8.4 0.8.5 0.8.5.post1 0.9.0 "
     "0.9.0.1 0.9.1 0.9.2 0.10.0 0.10.1 0.10.1.1 0.10.2 0.11.0 0.11.1 0.11.2 0.12.0 0.13.0 0.14.0 "
     "0.14.1 0.15.0 0.15.1 0.16.0 0.17.0 0.17.1 0.18.0 0.18.1 0.19.0 0.19.1 0.20.0 0.20.1 0.20.2 "
@@ -71,21 +74,25 @@ _RAY = ("ray/_private/*.py", "ray/_private/accelerators/*.py", "ray/util/*.py",
         "ray/experimental/channel/*.py", "ray/experimental/*.py", "ray/exceptions.py",
         "ray/actor.py", "ray/remote_function.py", "ray/worker.py", "ray/runtime_context.py",
         "ray/_private/runtime_env/*.py", "ray/autoscaler/_private/*.py")
-# (project, PyPI distribution, versions, members kept)
+_HUB = ("huggingface_hub/*.py", "!huggingface_hub/inference/*", "!huggingface_hub/commands/*",
+        "!huggingface_hub/cli/*", "!huggingface_hub/templates/*")
+# (project, PyPI distribution or git:owner/name, versions, members kept)
 INPUTS: tuple[tuple[str, str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("vllm", "vllm", tuple(VLLM), ("vllm/*.py",)),
-    ("torch", "torch", ("2.5.1", "2.9.1", "2.13.0"), ("torch/distributed/*.py",)),
+    ("torch", "torch", ("2.5.1", "2.9.1", "2.13.0"), ("torch/distributed/*.py", "torch/cuda/*.py")),
     ("flashinfer", "flashinfer-python", ("0.2.14.post1", "0.4.1", "0.5.3", "0.6.18.post1", "0.7.4"),
      ("flashinfer/*.py", "!flashinfer/data/*", "!flashinfer/experimental/*")),
     ("ray", "ray", ("2.40.0", "2.49.2", "2.60.0"), _RAY),
     ("sglang", "sglang", ("0.4.10.post2", "0.5.23"), ("sglang/srt/*.py",)),
     ("transformers", "transformers", ("4.57.6", "5.25.0"), _TRANSFORMERS),
     ("safetensors", "safetensors", ("0.7.0",), ("safetensors/*.py",)),
+    ("huggingface_hub", "huggingface_hub", ("0.24.7", "0.30.2", "0.36.2", "1.3.0", "2.5.0"), _HUB),
+    # TGI's Python server is not on PyPI: its release tags in huggingface/text-generation-inference
+    ("tgi", "git:huggingface/text-generation-inference", ("1.4.5", "2.0.4", "2.4.1", "3.0.2", "3.3.7"),
+     ("server/text_generation_server/*.py", "launcher/src/*.rs", "router/src/*.rs",
+      "backends/v2/src/*.rs", "backends/v3/src/*.rs", "backends/client/src/*.rs")),
 )
-SKIPPED = {
-    "tgi": "text-generation-server (TGI's Python server) is not published on PyPI; its messages "
-           "are not indexed",
-}
+SKIPPED: dict[str, str] = {}
 # the kinds counted for coverage: a raise with a message, a log call at warning or above
 _COUNTED_LEVELS = ("warning", "error", "critical", "fatal")
 
@@ -127,10 +134,12 @@ class ExtractCache:
 
     def templates(self, root: Path, rel: str, project: str, version: str) -> list[RawTemplate]:
         b = (root / rel).read_bytes()
-        key = (project, rel, _hash(b))
+        # a Rust file's templates also depend on the Rust extractor's version
+        key = (project, f"{rel}#{RS_EXTRACTOR}" if rel.endswith(".rs") else rel, _hash(b))
         got = self.data.get(key)
         if got is None:
-            got = extract_file(root / rel, rel, project, "")
+            read = extract_rust_file if rel.endswith(".rs") else extract_file
+            got = read(root / rel, rel, project, "")
             self.data[key] = got
             self.dirty = True
         return [RawTemplate(t.project, version, t.file, t.line, t.function, t.kind, t.exc,
@@ -145,7 +154,7 @@ class ExtractCache:
 
 def extract_tree(root: Path, project: str, version: str, cache: ExtractCache) -> list[RawTemplate]:
     out: list[RawTemplate] = []
-    for p in sorted(root.rglob("*.py")):
+    for p in sorted([*root.rglob("*.py"), *root.rglob("*.rs")]):
         out += cache.templates(root, p.relative_to(root).as_posix(), project, version)
     return out
 
@@ -292,7 +301,7 @@ def build(trees: list[tuple[str, str, str, Path]], out: Path, cache: ExtractCach
         print(f"extracted {project} {version}: {len(raw)} templates", file=sys.stderr, flush=True)
         n, ok = coverage(raw)
         inputs.append({"project": project, "dist": dist, "version": version,
-                       "files": sum(1 for _ in root.rglob("*.py")), "templates": len(raw),
+                       "files": sum(1 for p in root.rglob("*") if p.suffix in (".py", ".rs")), "templates": len(raw),
                        "counted": n, "indexed": ok})
     cache.save()
     pending: list[str] = []
@@ -321,7 +330,8 @@ def build(trees: list[tuple[str, str, str, Path]], out: Path, cache: ExtractCach
         counts[p] = {"releases": len(releases[p]),
                      "templates": sum(1 for m in merged if m.project == p)}
     meta: dict[str, object] = {
-        "format": FORMAT, "extractor": EXTRACTOR_VERSION, "map_sha256": map_digest(),
+        "format": FORMAT, "extractor": EXTRACTOR_VERSION, "rust_extractor": RS_EXTRACTOR,
+        "map_sha256": map_digest(),
         "inputs": inputs, "c_inputs": c_inputs, "pending": pending, "skipped": SKIPPED,
         "releases": releases, "projects": counts, "generated": time.strftime("%Y-%m-%d"),
         "c_templates_sha256": (hashlib.sha256(c_file.read_bytes()).hexdigest()
@@ -343,12 +353,12 @@ def _coverage_lines(out: Path) -> list[str]:
     finally:
         db.close()
     cover: dict[str, dict[str, int]] = json.loads(row[0]) if row else {}
-    lines = [f"{'error-level':<13}{'templates':>10}{'category':>10}{'none(rule)':>11}"
+    lines = [f"{'error-level':<16}{'templates':>10}{'category':>10}{'none(rule)':>11}"
              f"{'none(default)':>14}{'share':>8}"]
     for p, c in cover.items():
         n = c.get("error", 0)
         share = f"{100 * c.get('categorized', 0) / n:.1f}%" if n else "-"
-        lines.append(f"{p:<13}{n:>10}{c.get('categorized', 0):>10}{c.get('none-by-rule', 0):>11}"
+        lines.append(f"{p:<16}{n:>10}{c.get('categorized', 0):>10}{c.get('none-by-rule', 0):>11}"
                      f"{c.get('none-default', 0):>14}{share:>8}")
     return lines
 
@@ -356,11 +366,11 @@ def _coverage_lines(out: Path) -> list[str]:
 def _print_inputs(meta: dict[str, object]) -> None:
     rows = meta["inputs"]
     assert isinstance(rows, list)
-    print(f"{'project':<13}{'release':<15}{'files':>6}{'templates':>10}{'counted':>9}"
+    print(f"{'project':<16}{'release':<15}{'files':>6}{'templates':>10}{'counted':>9}"
           f"{'indexed':>9}{'share':>8}")
     for r in rows:
         share = f"{100 * r['indexed'] / r['counted']:.1f}%" if r["counted"] else "-"
-        print(f"{r['project']:<13}{r['version']:<15}{r['files']:>6}{r['templates']:>10}"
+        print(f"{r['project']:<16}{r['version']:<15}{r['files']:>6}{r['templates']:>10}"
               f"{r['counted']:>9}{r['indexed']:>9}{share:>8}")
     for p in meta.get("pending") or []:  # type: ignore[union-attr]
         print(f"pending: {p}")

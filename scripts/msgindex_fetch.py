@@ -94,8 +94,33 @@ def _members(archive: Path) -> Iterator[tuple[str, bytes]]:
                 yield m.name.split("/", 1)[-1], f.read()
 
 
+def git_dir(repo: str) -> Path:
+    """The local git mirror of ``owner/name`` (``$SM120KIT_GIT_MIRRORS/owner+name/repo``, default
+    ``/work/.mirror``): read with ``git archive``, never written."""
+    base = Path(os.environ.get("SM120KIT_GIT_MIRRORS") or "/work/.mirror")
+    d = base / repo.replace("/", "+") / "repo"
+    if not d.is_dir():
+        raise RuntimeError(f"no git mirror of {repo} at {d} (set SM120KIT_GIT_MIRRORS)")
+    return d
+
+
+def _git_members(repo: str, tag: str) -> Iterator[tuple[str, bytes]]:
+    """(path in the repository, bytes) of every file at ``tag`` (``git archive``)."""
+    with tempfile.TemporaryFile() as f:
+        subprocess.run(["git", "--git-dir", str(git_dir(repo)), "archive", "--format=tar", tag],
+                       stdout=f, check=True, timeout=600)
+        f.seek(0)
+        with tarfile.open(fileobj=f, mode="r:") as t:
+            for m in t.getmembers():
+                fh = t.extractfile(m) if m.isfile() else None
+                if fh is not None:
+                    yield m.name, fh.read()
+
+
 def tree(src: Source, cache: Path) -> Path:
-    """The extracted tree of ``src`` (fetched once; a ``.complete`` stamp marks a whole one)."""
+    """The extracted tree of ``src`` (fetched once; a ``.complete`` stamp marks a whole one). A
+    ``dist`` of ``git:owner/name`` is read from that repository's git mirror at tag
+    ``v<version>`` (TGI's server is not on PyPI)."""
     root = cache / "trees" / f"{src.project}-{src.version}"
     stamp = root / ".complete"
     if stamp.exists():
@@ -103,6 +128,16 @@ def tree(src: Source, cache: Path) -> Path:
     if root.exists():
         shutil.rmtree(root)
     cache.mkdir(parents=True, exist_ok=True)
+    if src.dist.startswith("git:"):
+        repo = src.dist[4:]
+        for name, data in _git_members(repo, f"v{src.version}"):
+            if src.keeps(name):
+                out = root / name
+                out.parent.mkdir(parents=True, exist_ok=True)
+                out.write_bytes(data)
+        root.mkdir(parents=True, exist_ok=True)
+        stamp.write_text(f"{repo}@v{src.version} git\n")
+        return root
     found = _find_wheel(src)
     with tempfile.TemporaryDirectory(dir=cache, prefix="dl-") as tmp:
         archive = found or _download(src, Path(tmp))

@@ -92,7 +92,7 @@ def test_generator_on_two_releases(tmp_path: Path) -> None:
                            "--fixture", str(FIXTURE), "--out", str(out)],
                           capture_output=True, text=True, env=ENV, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert "vllm         0.1.0" in proc.stdout and "vllm         0.2.0" in proc.stdout
+    assert "vllm            0.1.0" in proc.stdout and "vllm            0.2.0" in proc.stdout
     idx = MessageIndex(out)
     # the inputs and their versions are written into the data
     assert [(i["project"], i["version"]) for i in idx.meta["inputs"]] == [("vllm", "0.1.0"),

@@ -1,5 +1,5 @@
-"""The message index: what vLLM, torch.distributed, NCCL, CUDA, FlashInfer, Ray, SGLang and the
-weight loaders can print, generated from their release sources by
+"""The message index: what vLLM, torch.distributed, NCCL, CUDA, FlashInfer, Ray, SGLang, TGI and
+the weight loaders (transformers, safetensors, huggingface_hub) can print, generated from their release sources by
 ``scripts/build_message_index.py`` and shipped as ``index.sqlite`` beside this file.
 
 One row per message template: project, file:line, function, exception type or log level, the
@@ -30,7 +30,8 @@ MIN_LITERAL = 12
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9_]{3,}")
 _NAMES = {"vllm": "vLLM", "torch": "torch", "flashinfer": "FlashInfer", "ray": "Ray",
           "sglang": "SGLang", "transformers": "transformers", "safetensors": "safetensors",
-          "nccl": "NCCL", "cuda": "CUDA", "hami": "HAMi-core"}
+          "nccl": "NCCL", "cuda": "CUDA", "hami": "HAMi-core", "tgi": "TGI",
+          "huggingface_hub": "huggingface_hub"}
 _VERB = {"raise": "raised by", "check": "raised by", "log": "logged by", "warn-macro": "logged by",
          "print": "printed by", "error-string": "error string of", "binary-string": "string of"}
 
