@@ -185,6 +185,18 @@ FIXED: dict[str, tuple[str, str]] = {
     # Slurm slurm-23-11-10-1 src/slurmd/slurmstepd/req.c
     'slurm-time-limit': ('timeout-too-short', _VLLM_LOADING + (
         "slurmstepd: error: *** JOB 123456 ON gpu-node-1 CANCELLED AT 2025-05-16T15:12:45 DUE TO TIME LIMIT ***\n")),
+    # Slurm slurm-21-08-8-2 src/plugins/task/cgroup/task_cgroup_memory.c (the older wording)
+    'slurm-oom-kill-old-wording': ('out-of-memory', _VLLM_LOADING + (
+        "slurmstepd: error: Detected 1 oom-kill event(s) in StepId=7.batch. Some of your processes may have been killed by the cgroup out-of-memory handler.\n")),
+    # docker/compose v2.29.7 pkg/compose/convergence.go (depends_on: condition: service_healthy)
+    'compose-unhealthy-loading': ('timeout-too-short', (
+        "$ docker compose up -d\n"
+        " Container stack-vllm-1  Created\n"
+        " Container stack-vllm-1  Started\n"
+        " Container stack-vllm-1  Waiting\n"
+        " Container stack-vllm-1  Error\n"
+        "dependency failed to start: container stack-vllm-1 is unhealthy\n"
+        "$ docker compose logs vllm\n") + "".join("vllm-1  | " + ln + "\n" for ln in _VLLM_LOADING.splitlines())),
     # DeepSpeed v0.14.4 deepspeed/launcher/launch.py (sigkill_handler); https://github.com/microsoft/DeepSpeed/issues/4181
     'deepspeed-sigkill': ('out-of-memory', _DS + (
         "[2024-03-01 10:05:00,000] [ERROR] [launch.py:322:sigkill_handler] ['/usr/bin/python', '-u', 'train.py', '--local_rank=3'] exits with return code = -9\n")),
