@@ -161,6 +161,10 @@ FIXED: dict[str, tuple[str, str]] = {
         "INFO 05-16 15:40:02 metrics.py:455] Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 12.1 tokens/s, Running: 4 reqs, Swapped: 0 reqs, Pending: 0 reqs\n") + _EVENTS + (
         '  Warning  Unhealthy  71s (x3 over 91s)  kubelet  Liveness probe failed: Get "http://10.244.1.7:8000/health": context deadline exceeded (Client.Timeout exceeded while awaiting headers)\n'
         "  Normal   Killing    71s                kubelet  Container vllm failed liveness probe, will be restarted\n")),
+    # moby v24.0.7 libnetwork/portallocator/portallocator.go (ErrPortAlreadyAllocated)
+    'docker-port-allocated': ('config-invalid', (
+        "$ docker run --gpus all -p 8000:8000 vllm/vllm-openai:v0.8.5 --model Qwen/Qwen2.5-7B-Instruct\n"
+        "docker: Error response from daemon: driver failed programming external connectivity on endpoint quirky_lamport (3f2b9c): Bind for 0.0.0.0:8000 failed: port is already allocated.\n")),
     # kubernetes v1.29.0 pkg/kubelet/images/image_manager.go; https://github.com/sasha0552/pascal-pkgs-ci/issues/19
     'k8s-image-pull': ('config-invalid', _EVENTS + (
         "  Normal   Scheduled  2m                 default-scheduler  Successfully assigned default/vllm-0 to gpu-node-1\n"
