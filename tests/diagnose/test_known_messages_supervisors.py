@@ -127,14 +127,14 @@ FIXED: dict[str, tuple[str, str]] = {
         '2023-10-27T10:00:00.100000Z  INFO text_generation_launcher: Args { model_id: "meta-llama/Llama-2-13b-chat-hf", sharded: Some(true), num_shard: None }\n'
         "2023-10-27T10:00:00.200000Z  INFO text_generation_launcher: Parsing num_shard from CUDA_VISIBLE_DEVICES\n"
         'Error: NotEnoughCUDADevices("`sharded` is true but only found 1 CUDA devices")\n')),
-    # Ray Serve ray-2.49.2 python/ray/serve/_private/deployment_state.py (check_health timeout)
+    # Ray Serve ray-2.60.0 python/ray/serve/_private/deployment_state.py (check_health timeout)
     'ray-serve-health-timeout': ('serving-stall', _SERVE + (
         "(ServeReplica:default:VLLMDeployment pid=789) INFO 04-02 10:02:00 model_runner.py:1115] Loading model weights took 14.2 GB\n"
         "INFO 2025-04-02 10:02:30,000 serve 123 -- Application 'default' is ready at http://0.0.0.0:8000/.\n"
         "WARNING 2025-04-02 10:20:00,000 controller 456 -- Didn't receive health check response for replica Replica(id='abc123', deployment='VLLMDeployment', app='default') after 10.0s, marking it unhealthy.\n"
         "WARNING 2025-04-02 10:20:00,100 controller 456 -- Replica Replica(id='abc123', deployment='VLLMDeployment', app='default') failed health check, stopping it.\n"
         "INFO 2025-04-02 10:20:00,200 controller 456 -- Adding 1 replica to Deployment(name='VLLMDeployment', app='default').\n")),
-    # Ray Serve ray-2.49.2 python/ray/serve/_private/deployment_state.py (PENDING_ALLOCATION); https://github.com/ray-project/ray-llm/issues/143
+    # Ray Serve ray-2.60.0 python/ray/serve/_private/deployment_state.py (PENDING_ALLOCATION); https://github.com/ray-project/ray-llm/issues/143
     'ray-serve-unschedulable': ('config-invalid', _SERVE + (
         "WARNING 2025-04-02 10:00:35,100 controller 456 -- Deployment 'VLLMDeployment' in application 'default' has 1 replicas that have taken more than 30s to be scheduled. This may be due to waiting for the cluster to auto-scale or for a runtime environment to be installed. Resources required for each replica: {\"CPU\": 1, \"GPU\": 8}, total resources available: {\"CPU\": 64.0, \"GPU\": 4.0}. Use `ray status` for more details.\n"
         "WARNING 2025-04-02 10:01:05,100 controller 456 -- Deployment 'VLLMDeployment' in application 'default' has 1 replicas that have taken more than 30s to be scheduled. This may be due to waiting for the cluster to auto-scale or for a runtime environment to be installed. Resources required for each replica: {\"CPU\": 1, \"GPU\": 8}, total resources available: {\"CPU\": 64.0, \"GPU\": 4.0}. Use `ray status` for more details.\n")),
@@ -228,8 +228,7 @@ HEALTHY: dict[str, str] = {
         "WARNING 2025-04-02 10:00:35,100 controller 456 -- Deployment 'VLLMDeployment' in application 'default' has 1 replicas that have taken more than 30s to initialize.\n"
         "This may be caused by a slow __init__ or reconfigure method.\n"
         "(ServeReplica:default:VLLMDeployment pid=789) INFO 04-02 10:02:00 model_runner.py:1115] Loading model weights took 14.2 GB\n"
-        "INFO 2025-04-02 10:02:30,000 serve 123 -- Application 'default' is ready at http://0.0.0.0:8000/.\n"
-        "Deployed app 'default' successfully.\n"),
+        "INFO 2025-04-02 10:02:30,000 serve 123 -- Application 'default' is ready at http://0.0.0.0:8000/.\n"),
     # the scheduling warning while an autoscaler adds a GPU node, then the app is ready
     'ray-serve-scheduled-late': _SERVE + (
         "WARNING 2025-04-02 10:00:35,100 controller 456 -- Deployment 'VLLMDeployment' in application 'default' has 1 replicas that have taken more than 30s to be scheduled. This may be due to waiting for the cluster to auto-scale or for a runtime environment to be installed. Resources required for each replica: {\"CPU\": 1, \"GPU\": 1}, total resources available: {\"CPU\": 8.0}. Use `ray status` for more details.\n"
