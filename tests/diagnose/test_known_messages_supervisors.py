@@ -117,10 +117,6 @@ FIXED: dict[str, tuple[str, str]] = {
         '2024-08-11T08:31:10.100000Z  INFO text_generation_launcher: Args { model_id: "someorg/some-model", revision: None, num_shard: None }\n'
         "2024-08-11T08:31:10.200000Z  INFO download: text_generation_launcher: Starting check and download process for someorg/some-model\n"
         "2024-08-11T08:31:20.364603Z ERROR download: text_generation_launcher: Download encountered an error: \n"
-        "Traceback (most recent call last):\n"
-        '  File "/opt/conda/lib/python3.11/site-packages/text_generation_server/utils/hub.py", line 139, in weight_files\n'
-        "    raise FileNotFoundError(\n"
-        "FileNotFoundError: No local weights found in /data/someorg--some-model with extension .safetensors\n"
         "Error: DownloadError\n")),
     # TGI v2.4.1 launcher/src/main.rs (num_shard); https://github.com/huggingface/text-generation-inference/issues/1204
     'tgi-not-enough-devices': ('config-invalid', (
@@ -282,3 +278,21 @@ def test_probe_kill_without_progress_is_not_called_a_slow_start(tmp_path: Path) 
     res = diagnose([log])
     assert all(f.rule not in ("k8s-probe-killed-slow-start", "k8s-liveness-killed-serving")
                for f in res.findings), [(f.category, f.rule) for f in res.findings]
+
+
+def test_tgi_download_error_detail_is_named_by_the_message_index(tmp_path: Path) -> None:
+    # with the server's own exception under the launcher's line, the message index (TGI's
+    # text_generation_server sources) names it: a stronger answer than the launcher's position
+    text = (
+        "2024-08-11T08:31:20.364603Z ERROR download: text_generation_launcher: Download encountered an error: \n"
+        "Traceback (most recent call last):\n"
+        '  File "/opt/conda/lib/python3.11/site-packages/text_generation_server/utils/hub.py", line 139, in weight_files\n'
+        "    raise FileNotFoundError(\n"
+        "FileNotFoundError: No local weights found in /data/someorg--some-model with extension .safetensors\n"
+        "Error: DownloadError\n")
+    log = tmp_path / "tgi.log"
+    log.write_text(text, encoding="utf-8")
+    res = diagnose([log])
+    top = res.findings[0]
+    assert (top.category, top.rule) == ("checkpoint-config", "index-match"), (top.category, top.rule)
+    assert "text_generation_server" in top.summary + " ".join(e.text for e in top.evidence)
