@@ -51,7 +51,7 @@ class DiagnoseResult:
     nccl_diag: dict[str, Any] | None = None
     nodes: list[dict[str, Any]] = field(default_factory=list)  # multi-node bundles
 
-    state: str = "unknown"  # failed | stalled | progressing | healthy | no-evidence
+    state: str = "unknown"  # failed | stalled | progressing | healthy | incomplete | no-evidence
     phase: str | None = None  # the field phase the (last) run was in
     runs: int = 1  # launches found in the input
     engine: str = "unknown"  # vllm | sglang | tgi | torchrun | ray | nccl-tests | unknown
@@ -395,7 +395,7 @@ def _feed_archive(an: LogAnalysis, p: Path, notes: list[str],
 def _refuse_truncated_all_clear(res: DiagnoseResult) -> None:
     """A truncated or corrupt archive whose readable part records no failure is not an
     all-clear: the part cut off may hold it (issue 23 item 6). Exit 2, the cut named."""
-    if res.state not in ("healthy", "no-evidence"):
+    if res.state not in ("healthy", "incomplete", "no-evidence"):
         return
     cut = next((n for n in res.notes if "archive is truncated or corrupt" in n), None)
     if cut is not None:
@@ -555,7 +555,10 @@ def _verdict(an: LogFacts, facts: BundleFacts | None, findings: list[Finding]
     if stage is None:
         return ("no failure recorded: no phase, error or stall that vLLM, SGLang, TGI, torchrun, "
                 "Ray, NCCL or CUDA writes was found in the input"), "no-evidence", None
-    return f"healthy: no failure recorded (last phase: {stage})", "healthy", phase
+    # the log stops before the run said it was ready or done: no failure is recorded, but nothing
+    # shows it healthy either (an excerpt cut short, or a start the log does not follow further)
+    return (f"no failure recorded: the log ends in phase {stage}, before the run reported ready "
+            "or done"), "incomplete", phase
 
 
 def verdict_line(top: Finding, phase: str | None) -> str:
