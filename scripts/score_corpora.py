@@ -28,8 +28,8 @@ from sm120kit.diagnose.engine import diagnose  # noqa: E402
 from sm120kit.errors import UserError  # noqa: E402
 
 DATA = ROOT / "tests" / "data"
-DEFAULT = ("field-logs", "field-logs-b", "field-logs-c", "field-logs-d", "field-logs-holdout",
-           "field-logs-holdout-2", "vllm-logs")
+DEFAULT = ("field-logs", "field-logs-b", "field-logs-c", "field-logs-d", "field-logs-e",
+           "field-logs-holdout", "field-logs-holdout-2", "vllm-logs")
 OUTCOME = {"started": "healthy", "crashed": "failure"}
 BENIGN = ("healthy", "progressing")
 COLS = ("logs", "cause", "top1", "top3", "refused", "false_clear", "benign_exit1", "conf_wrong")
