@@ -129,6 +129,15 @@ def test_attribute_every_prefix_era() -> None:
     assert (o.name, o.pid, o.ip) == ("RayWorkerWrapper", 371, "10.128.21.6")
     o = attribute("(EngineCore_DP0 pid=77352) INFO 10-22 09:43:49 [shm_broadcast.py:466] x")
     assert o.role == "engine-core" and o.pid == 77352
+    # Ray's bare pid, and a launcher's task/node tag with a comma (SkyPilot; field-logs-e
+    # flashinfer-1532 was "no failure recorded" while every line was a vLLM ERROR): the node's
+    # rank of "(head, rank=0, pid=...)" is not a process rank
+    o = attribute("(pid=2150) ERROR 08-21 07:45:43 [core.py:700] RuntimeError: x")
+    assert (o.pid, o.level, o.message) == (2150, "ERROR", "RuntimeError: x")
+    o = attribute("(vllm-test, pid=2150) (EngineCore_0 pid=3966) ERROR 08-21 07:45:43 [core.py:700] y")
+    assert (o.name, o.pid, o.level, o.message) == ("EngineCore_0", 3966, "ERROR", "y")
+    o = attribute("(worker1, rank=1, pid=2151, ip=10.0.0.2) INFO 08-21 07:45:43 [core.py:1] z")
+    assert (o.name, o.pid, o.rank, o.ip, o.level) == ("worker1", 2151, None, "10.0.0.2", "INFO")
     o = attribute("node-01:3873285:3873290 [5] NCCL INFO Channel 00/0 : 5[5] -> 6[6] via P2P/CUMEM")
     assert (o.kind, o.host, o.pid, o.dev, o.level) == ("nccl", "node-01", 3873285, 5, "INFO")
     o = attribute("[2026-05-05 06:16:47] node-01:189884:189884 [3] plugin/net.cc:334 NCCL WARN x")

@@ -138,10 +138,14 @@ class Catalogue:
 
     def scan(self, line: str) -> list[tuple[str, re.Match[str]]]:
         """(``cat:<id>``, match) of every entry that names this line as evidence."""
-        if not self.passes(line) or not_evidence(line):
+        if not self.passes(line):
             return []
+        # advice (a hint, a deprecation, a finished step, an advice entry) is named only by the
+        # entries whose conditions say when such a line counts (``when``: "unless the start
+        # reached ready", "beside a stall")
+        hint = not_evidence(line) or self.advice(line) is not None
         out = []
-        for e in self._conditional if self.advice(line) is not None else self._order:
+        for e in self._conditional if hint else self._order:
             m = e.match(line)
             if m is not None:
                 out.append((PREFIX + e.id, m))

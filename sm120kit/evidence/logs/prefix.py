@@ -20,9 +20,12 @@ import re
 from dataclasses import dataclass
 
 _DOCKER_TS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?\s+")
+# also Ray's bare ``(pid=2150)`` and the launchers that tag a job's output with a task or node
+# name and a comma: SkyPilot's ``(vllm-test, pid=2150)`` / ``(head, rank=0, pid=2150)`` (that
+# rank is the node's, not a process rank, and is not read)
 _PREFIX = re.compile(
-    r"\((?P<name>[A-Za-z_][\w.-]*)(?: rank=(?P<rank>\d+))? pid=(?P<pid>\d+)"
-    r"(?:, ip=(?P<ip>[0-9A-Fa-f.:]+))?\)\s?"
+    r"\((?:(?P<name>[A-Za-z_][\w.-]*)(?: rank=(?P<rank>\d+))? |(?P<tag>[A-Za-z_][\w.-]*), "
+    r"(?:rank=\d+, )?)?pid=(?P<pid>\d+)(?:, ip=(?P<ip>[0-9A-Fa-f.:]+))?\)\s?"
 )
 _NCCL = re.compile(
     r"(?:\[[^\]]{4,40}\] )?(?P<host>[\w.-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
@@ -124,7 +127,7 @@ def attribute(line: str) -> Origin:
         pm = _PREFIX.match(line, pos)
         if not pm:
             break
-        name, pid, ip = pm.group("name"), int(pm.group("pid")), pm.group("ip")
+        name, pid, ip = pm.group("name") or pm.group("tag"), int(pm.group("pid")), pm.group("ip")
         rank = int(pm.group("rank")) if pm.group("rank") else None
         pos = pm.end()
         while pos < len(line) and line[pos] in " \r":
