@@ -85,12 +85,20 @@ FIXED: dict[str, tuple[str, str]] = {
             (f"{_QUANT}/kernels/mixed_precision/__init__.py", 91, "choose_mp_linear_kernel",
              "raise ValueError(")],
         "ValueError: Failed to find a kernel that can implement the WNA16 linear layer. Reasons: "
-        "\nMacheteLinearKernel requires capability 90, current compute  capability is 80\n"
-        " AllSparkLinearKernel cannot implement due to: For Ampere GPU, AllSpark does not support "
-        "group_size = 128. Only group_size = -1 are supported.\n"
+        "\nCutlassW4A8LinearKernel requires capability 90, current compute  capability is 80\n"
+        "MacheteLinearKernel requires capability 90, current compute  capability is 80\n"
+        " AllSparkLinearKernel cannot implement due to: Act reordering currently not supported by "
+        "AllSpark\n"
         " MarlinLinearKernel cannot implement due to: Weight input_size_per_partition = 3420 is "
         "not divisible by min_thread_k = 128. Consider reducing tensor_parallel_size or running "
-        "with --quantization gptq.")),
+        "with --quantization gptq.\n"
+        " Dynamic4bitLinearKernel cannot implement due to: Only CPU is supported\n"
+        " BitBLASLinearKernel cannot implement due to: bitblas is not installed. Please install "
+        "bitblas by running `pip install bitblas>=0.1.0`\n"
+        " ConchLinearKernel cannot implement due to: conch-triton-kernels is not installed, please "
+        "install it via `pip install conch-triton-kernels` and try again!\n"
+        " ExllamaLinearKernel cannot implement due to: Act reordering currently not supported by "
+        "Exllama, when the input features are partitioned across devices")),
     # vllm v0.34.0 model_executor/kernels/linear/__init__.py (the NVFP4 selector)
     "kernel-selection-nvfp4": ("config-invalid", _vllm(
         "nvidia/Qwen3-30B-A3B-FP4") + _engine_tb(_LOAD + [
@@ -149,6 +157,19 @@ FIXED: dict[str, tuple[str, str]] = {
              'in PyTorch.")')],
         "ImportError: Please install torch and gguf>=0.10.0 to load a GGUF checkpoint in "
         "PyTorch.")),
+    # vllm v0.10.2 layers/quantization/gptq_bitblas.py (GPTQBitBLASConfig.__init__)
+    "bitblas-missing": ("library-version", _vllm(
+        "TheBloke/Llama-2-7B-GPTQ", ", 'quantization': 'gptq_bitblas'") + _engine_tb(_LOAD + [
+            (f"{_QUANT}/gptq_bitblas.py", 74, "__init__", "raise ValueError(")],
+        "ValueError: Trying to use the bitblas backend, but could not importwith the following "
+        "error: No module named 'bitblas'. Please install bitblas through the following command: "
+        "`pip install bitblas>=0.1.0`")),
+    # vllm v0.10.2 layers/quantization/modelopt.py (ModelOptNvFp4Config.from_config)
+    "modelopt-nvfp4-fields": ("checkpoint-config", _vllm(
+        "/models/Llama-3.1-8B-NVFP4", ", 'quantization': 'modelopt_fp4'") + _engine_tb(
+        _LOAD + [(f"{_QUANT}/modelopt.py", 761, "from_config", "raise ValueError(")],
+        "ValueError: NVFP4 quantization requires the following fields in hf_quant_config.json: "
+        "['kv_cache_quant_algo', 'exclude_modules']")),
     # vllm v0.10.2 layers/quantization/awq.py (AWQConfig.__init__)
     "awq-8-bit-checkpoint": ("checkpoint-config", _vllm("someone/Llama-3-8B-AWQ-8bit") + _engine_tb(
         _LOAD + [(f"{_QUANT}/awq.py", 43, "__init__", "raise ValueError(")],
