@@ -119,6 +119,18 @@ FIXED: dict[str, tuple[str, str]] = {
         "ERROR 12-07 14:21:53 engine.py:366] RuntimeError: Error in model execution (input dumped "
         "to /tmp/err_execute_model_input_20241207-142153.pkl): torch._scaled_mm is only supported "
         "on CUDA devices with compute capability >= 9.0 or 8.9, or ROCm MI300+\n")),
+    # triton v3.3.1 python/triton/language/core.py, inside vLLM's block-FP8 Triton GEMM on an A100
+    "triton-fp8e4nv-ampere": ("config-invalid", _vllm(
+        "Qwen/Qwen3-30B-A3B-FP8") + (
+        "(EngineCore_0 pid=4370) INFO 09-14 10:02:58 [gpu_model_runner.py:2392] Model loading took "
+        "29.1 GiB and 41.2 seconds\n"
+        "(EngineCore_0 pid=4370) triton.compiler.errors.CompilationError: at 1:0:\n"
+        "(EngineCore_0 pid=4370) def _w8a8_block_fp8_matmul(\n"
+        "(EngineCore_0 pid=4370) ^\n"
+        "(EngineCore_0 pid=4370) ValueError(\"type fp8e4nv not supported in this architecture. The "
+        "supported fp8 dtypes are ('fp8e4b15', 'fp8e5')\")\n"
+        "[rank0]:[W914 10:03:12.613147412 ProcessGroupNCCL.cpp:1575] Warning: WARNING: "
+        "destroy_process_group() was not called before program exit, which can leak resources.\n")),
     # vllm csrc/quantization/fp4/nvfp4_quant_entry.cu (a source build without ENABLE_NVFP4_SM120)
     "nvfp4-quant-not-compiled": ("library-version", _vllm(
         "nvidia/Llama-3.3-70B-Instruct-FP4", ", 'tensor_parallel_size': 2") + _engine_tb([
@@ -276,6 +288,16 @@ HEALTHY: dict[str, str] = {
         "not have native support for FP4 computation but FP4 quantization is being used. "
         "Weight-only FP4 compression will be used leveraging the Marlin kernel. This may degrade "
         "performance for compute-heavy workloads.\n") + _READY,
+    # SGLang 0.5.2 (srt/layers/quantization/awq.py) picks Marlin for an AWQ checkpoint and serves
+    "sglang-awq-marlin": (
+        "[2025-09-14 10:00:00] server_args=ServerArgs(model_path='Qwen/Qwen2.5-7B-Instruct-AWQ', "
+        "quantization=None, tp_size=1, attention_backend='flashinfer')\n"
+        "[2025-09-14 10:00:05] The model is convertible to awq_marlin during runtime. Using "
+        "awq_marlin kernel.\n"
+        "[2025-09-14 10:00:06 TP0] Load weight begin. avail mem=78.46 GB\n"
+        "[2025-09-14 10:00:14 TP0] Load weight end. type=Qwen2ForCausalLM, dtype=torch.float16, "
+        "avail mem=73.02 GB, mem usage=5.44 GB.\n"
+        "[2025-09-14 10:00:40] The server is fired up and ready to roll!\n"),
 }
 
 
