@@ -20,6 +20,7 @@ What `diagnose` answered for these logs before the entries (main at 8f21da80):
   0.70 (capture-stall): wrong.
 * SGLang ``Rank 0 scheduler is dead`` + ``Exit code: -9``: rank-crashed 0.55.
 * TGI ``text-generation-server|router not found in PATH``: library-version 0.45 (index): weak.
+* TGI ``Cannot get the number of key/value heads``: rank-crashed 0.55 (first-dead-rank).
 * torchrun ``Signal 7 (SIGBUS)`` / ``Signal 4 (SIGILL)``: rank-crashed 0.50 (torchrun-failure).
 
 Messages that were already named right (SGLang's "Not enough memory. Please try to increase
@@ -236,6 +237,21 @@ FIXED: dict[str, tuple[str, str]] = {
         "found in PATH\n"
         "2024-05-01T10:00:25.300000Z ERROR text_generation_launcher: Please install it with "
         "`make install-router`\nError: WebserverCannotStart\n"),
+    # TGI v2.4.1 server/text_generation_server/models/flash_causal_lm.py (FlashCausalLM.__init__)
+    "tgi-kv-heads-unknown": ("checkpoint-config", _TGI
+        + "2024-05-01T10:00:02.000000Z  INFO shard-manager: text_generation_launcher: Starting "
+        "shard rank=0\n"
+        "2024-05-01T10:00:09.000000Z ERROR text_generation_launcher: Error when initializing "
+        "model\n"
+        + _tb([("/opt/conda/bin/text-generation-server", 8, "<module>", "sys.exit(app())"),
+               ("/opt/conda/lib/python3.11/site-packages/text_generation_server/models/"
+                "flash_causal_lm.py", 1309, "__init__",
+                'raise ValueError("Cannot get the number of key/value heads")')],
+              "ValueError: Cannot get the number of key/value heads")
+        + "2024-05-01T10:00:10.000000Z ERROR shard-manager: text_generation_launcher: Shard "
+        "complete standard error output:\n\n"
+        "2024-05-01T10:00:10.200000Z ERROR text_generation_launcher: Shard 0 failed to start\n"
+        "Error: ShardCannotStart\n"),
     # torch.distributed.elastic.multiprocessing.errors (ProcessFailure) and .api (failed line)
     "torchrun-rank-sigbus": ("shared-memory", _torchrun_failed(-7, "SIGBUS")),
     "torchrun-rank-sigill": ("library-version", _torchrun_failed(-4, "SIGILL")),
