@@ -1,4 +1,4 @@
-"""What vLLM (V0 and V1 engines) and SGLang print after the server is ready, while it serves
+"""What vLLM (V0 and V1 engines), SGLang and TGI print after the server is ready, while it serves
 (catalogue file known-serving.toml, the cue `request-error` of cues.toml and the serving-stall
 rule). Each log is a start that reaches the API server, a few served requests and metrics lines,
 then the message in the shape its software prints it (wording from the source named in the
@@ -7,13 +7,17 @@ comment, shapes from the public threads cited in the catalogue).
 Before this file, on main: a vLLM 0.8.5 context-length 400 ("Error in preprocessing prompt
 inputs" + the ValueError's traceback) was exit 1, rank-crashed; an unknown-model 404 ("Error
 with model ...") and vLLM 0.6's "error in chat completion stream generator: <ValueError>" were
-exit 1, unknown; "Engine loop has died" (the V0 MQ engine's heartbeat: a hung step) was
+exit 1, unknown; so were TGI's one-line refusals at ERROR (a validation error, "no permits
+available"); "Engine loop has died" (the V0 MQ engine's heartbeat: a hung step) was
 rank-crashed; a server whose requests queue with nothing running and 0.0 tokens/s
-(Pending/Waiting growing) was exit 0 (a false all-clear). The capacity lines (V0 preemption, SGLang retraction), aborts, ignored request
-fields and the tokenizer's long-sequence warning were exit 0 already; their advice entries keep
-them out of the evidence (explain-line named the preemption warning kv-cache-insufficient).
-A CUDA fault in the decode step (kernel-hang, phase serving), an OOM under load and an NCCL
-watchdog while serving were named right already and are kept here as checks."""
+(Pending/Waiting growing) was exit 0 (a false all-clear). The capacity lines (V0 preemption,
+SGLang retraction), aborts, ignored request fields and the tokenizer's long-sequence warning
+were exit 0 already; their advice entries keep them out of the evidence (explain-line named the
+preemption warning kv-cache-insufficient). A CUDA fault in the decode step (kernel-hang, phase
+serving), an OOM under load (vLLM, SGLang, a TGI shard) and an NCCL watchdog while serving were
+named right already and are kept here as checks; SGLang's scheduler watchdog is left to
+known-engines.toml (kernel-hang).
+"""
 
 from __future__ import annotations
 
@@ -193,6 +197,39 @@ SGLANG = (
     '[2025-08-01 10:01:06] INFO:     10.0.0.9:40112 - "POST /v1/chat/completions HTTP/1.1" 200 '
     "OK\n")
 
+# TGI: launcher and router lines (router/src/server.rs, backends/v3), as in
+# huggingface/text-generation-inference#3301
+TGI = (
+    '2025-07-21T16:05:00.000000Z  INFO text_generation_launcher: Args { model_id: '
+    '"meta-llama/Meta-Llama-3-8B-Instruct", num_shard: Some(1) }\n'
+    "2025-07-21T16:05:59.967500Z  INFO text_generation_launcher: Cuda Graphs are enabled for "
+    "sizes [32, 16, 8, 4, 2, 1]\n"
+    "2025-07-21T16:06:01.378169Z  INFO text_generation_router_v3: backends/v3/src/lib.rs:137: "
+    "Setting max batch total tokens to 115200\n"
+    "2025-07-21T16:06:01.561332Z  INFO text_generation_router::server: router/src/server.rs:2341: "
+    "Serving revision 5f0b02c75b57c5855da9ae460ce51323ea669d8a of model "
+    "meta-llama/Meta-Llama-3-8B-Instruct\n"
+    "2025-07-21T16:06:02.000000Z  INFO text_generation_router::server: router/src/server.rs:2437: "
+    "Connected\n")
+TGI_OK = ('2025-07-21T16:07:00.000000Z  INFO chat_completions{total_time="1.2s" '
+          'validation_time="1ms" queue_time="0.1ms" inference_time="1.19s" '
+          'time_per_token="20ms" seed="None"}: text_generation_router::server: '
+          "router/src/server.rs:637: Success\n")
+_GP = ("GenerateParameters { best_of: None, temperature: Some(0.7), repetition_penalty: None, "
+       "top_k: None, top_p: None, typical_p: None, do_sample: false, max_new_tokens: Some(1024), "
+       "return_full_text: Some(false), stop: [], truncate: None, watermark: false, details: true, "
+       "decoder_input_details: false, seed: None, top_n_tokens: None }")
+# TGI router/src/infer.rs (Infer::generate_stream: tracing::error!("{err}")) with the
+# ValidationError text of router/src/validation.rs; shape from bionic-gpt/bionic-gpt#154 and
+# vllm-project/vllm#4936 (the overload line)
+TGI_REFUSED = (
+    "2023-12-07T13:57:23.464203Z ERROR generate_stream{parameters=" + _GP + "}:async_stream:"
+    "generate_stream: text_generation_router::infer: router/src/infer.rs:110: `inputs` tokens + "
+    "`max_new_tokens` must be <= 2048. Given: 1235 `inputs` tokens and 1024 `max_new_tokens`\n"
+    "2023-12-07T13:57:24.101002Z ERROR compat_generate{default_return_full_text=true}:"
+    "generate_stream{parameters=" + _GP + "}:async_stream:generate_stream: "
+    "text_generation_router::infer: router/src/infer.rs:130: no permits available\n")
+
 # name -> (category, log): the top finding rests on an entry of known-serving.toml
 FIXED: dict[str, tuple[str, str]] = {
     "v0-mq-engine-loop-died": ("serving-stall", V0_START + V0_SERVE + V0_LOOP_DIED),
@@ -227,6 +264,24 @@ SERVING_FAULTS: dict[str, tuple[str, str]] = {
                               "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.91 "
                               "GiB. GPU 0 has a total capacity of 79.19 GiB of which 1.02 GiB is "
                               "free.") + _DEAD),
+    # TGI: a shard's CUDA OOM in prefill after refused requests (client error text from
+    # huggingface/text-generation-inference#1374)
+    "tgi-refused-then-shard-oom": ("out-of-memory", TGI + TGI_OK + TGI_REFUSED + (
+        "2023-12-22T00:21:35.318928Z ERROR batch{batch_size=1}:prefill:prefill{id=1 size=1}:"
+        "prefill{id=1 size=1}: text_generation_client: router/client/src/lib.rs:33: Server error: "
+        "CUDA out of memory. Tried to allocate 222.00 MiB. GPU 0 has a total capacty of 39.39 GiB "
+        "of which 217.94 MiB is free.\n")),
+    # SGLang v0.4.10.post2 managers/scheduler.py (run_scheduler_process: "Scheduler hit an
+    # exception: <traceback>", then SIGQUIT to the parent: entrypoints/engine.py)
+    "sglang-scheduler-oom-while-serving": ("out-of-memory", SGLANG + (
+        "[2025-08-01 10:06:12 TP0] Scheduler hit an exception: Traceback (most recent call "
+        "last):\n"
+        f'  File "{SP}/sglang/srt/managers/scheduler.py", line 2561, in run_scheduler_process\n'
+        "    scheduler.event_loop_overlap()\n"
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
+        "total capacity of 79.19 GiB of which 1.10 GiB is free.\n\n"
+        "[2025-08-01 10:06:12] Received sigquit from a child process. It usually means the child "
+        "failed.\n")),
     # torch ProcessGroupNCCL.cpp watchdog on a TP rank while serving
     "v1-nccl-watchdog-while-serving": ("collective-desync", V1_START + V1_SERVE + (
         "[rank1]:[E501 10:12:31.123456 ProcessGroupNCCL.cpp:616] [Rank 1] Watchdog caught "
@@ -269,6 +324,8 @@ HEALTHY: dict[str, str] = {
     "v0-one-queued-interval-then-serving": V0_START + V0_SERVE
     + _v0_metrics("10:00:11", "0.0", "0.0", 0, 4, "0.0") + V0_TAIL,
     "sglang-retraction": SGLANG,
+    "tgi-validation-and-overload": TGI + TGI_OK + TGI_REFUSED + TGI_OK,
+    "tgi-validation-at-end": TGI + TGI_OK + TGI_REFUSED,
 }
 
 

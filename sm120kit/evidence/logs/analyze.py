@@ -226,10 +226,11 @@ class LogAnalysis(AnalysisView):
     def _refused_request(self, p: Proc, o: Origin, ev: Evidence, t: float | None) -> bool:
         """A line of a record the server's request handler logged for one request it refused
         (cue ``request-error``: vLLM's "Error in preprocessing prompt inputs" with the
-        traceback of the ValueError it answers 400 with): the head, and every line after it of
-        the same source, call site and time (vLLM prefixes each line of a record so). Such a
-        line leaves the process's last lines, as it leaves its failures."""
-        if self.request_error is None or o.level not in ("ERROR", "WARNING"):
+        traceback of the ValueError it answers 400 with, TGI's one-line validation errors): the
+        head, and every line after it of the same source, call site and time (vLLM prefixes
+        each line of a record so). Such a line leaves the process's last lines, as it leaves
+        its failures."""
+        if self.request_error is None or o.level not in ("ERROR", "WARNING", None):
             return False
         key = (ev.source, o.loc or "", t)
         if not (o.loc and key in self._request_records):
