@@ -3,8 +3,9 @@
 Evidence, strongest first: the engine's RPC to the workers timed out while serving
 (``RPC call to sample_tokens timed out``, ``execute_model``: a worker stopped answering; the
 engine then dies with ``EngineDeadError``), or the periodic metrics line shows ``Avg generation
-throughput: 0.0 tokens/s`` with ``Running: N reqs`` (N > 0) over consecutive intervals up to the
-end of the log, without recovery. One zero interval during a long prefill is normal. Weakest:
+throughput: 0.0 tokens/s`` with ``Running: N reqs`` (N > 0), or with nothing running, requests
+queued (``Pending``/``Waiting: N reqs``) and no prefill, over consecutive intervals up to the end
+of the log, without recovery. One zero interval during a long prefill is normal. Weakest:
 the reporter says it hangs (a prose cue) and the log ends while serving, with nothing recorded.
 """
 
@@ -30,10 +31,12 @@ def check(ctx: RuleContext) -> list[Finding]:
     streak = lg.progress.zero_streak
     if streak >= 2 and lg.progress.zero_streak_open:
         ev = [*lg.progress.zero_streak_ev[:1], *lg.progress.zero_streak_ev[-1:]]
+        queued = "Running: 0 req" in ev[-1].text
         out.append(RULE.finding(
-            0.7, f"generation throughput stayed at 0.0 tokens/s with requests running for "
-            f"{streak} consecutive metrics intervals until the end of the log: the engine stopped "
-            "making progress while serving", ev, phase="serving", role="position"))
+            0.7, f"generation throughput stayed at 0.0 tokens/s with requests "
+            f"{'queued and none admitted' if queued else 'running'} for {streak} consecutive "
+            "metrics intervals until the end of the log: the engine stopped making progress "
+            "while serving", ev, phase="serving", role="position"))
     elif streak >= 1 and lg.progress.zero_streak_open and ctx.facts.described.symptoms and not rpc:
         ev = [*lg.progress.zero_streak_ev[-1:], ctx.described_ev(0)]
         out.append(RULE.finding(

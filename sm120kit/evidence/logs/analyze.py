@@ -80,6 +80,8 @@ class LogAnalysis(AnalysisView):
         self.nccl = NcclState(cues)
         self.book = SignalBook(scanner)
         self.fails = Failures(cues)
+        self.request_error = (cues or {}).get("request-error")
+        self._request_records: set[tuple[str, str, float | None]] = set()
         self.stats: dict[str, StreamStats] = {}
         self.serving = ServingView(self.stats)
         self.sites = CallSites()
@@ -190,7 +192,8 @@ class LogAnalysis(AnalysisView):
                ts: float) -> str | None:
         """Every parser over one line; returns its phase."""
         phase = "nccl-init" if o.kind == "nccl" and o.level != "WARN" else classify_line(text)
-        adv = self.advice_of is not None and self.advice_of(text) is not None
+        adv = (self.advice_of is not None and self.advice_of(text) is not None) or \
+            self._refused_request(p, o, ev, t)
         if phase is not None:
             self.runs.observe(p, phase, ts, ev.source, ev)
             if not adv:
@@ -219,6 +222,27 @@ class LogAnalysis(AnalysisView):
         assign_rank(p, msg)
         self.book.feed(text, p, ev)
         return phase
+
+    def _refused_request(self, p: Proc, o: Origin, ev: Evidence, t: float | None) -> bool:
+        """A line of a record the server's request handler logged for one request it refused
+        (cue ``request-error``: vLLM's "Error in preprocessing prompt inputs" with the
+        traceback of the ValueError it answers 400 with, TGI's one-line validation errors): the
+        head, and every line after it of the same source, call site and time (vLLM prefixes
+        each line of a record so). Such a line leaves the process's last lines, as it leaves
+        its failures."""
+        if self.request_error is None or o.level not in ("ERROR", "WARNING", None):
+            return False
+        key = (ev.source, o.loc or "", t)
+        if not (o.loc and key in self._request_records):
+            if self.request_error.find(o.message) is None:
+                return False
+            if o.loc:
+                if len(self._request_records) > 64:
+                    self._request_records.clear()
+                self._request_records.add(key)
+        if p.tail and p.tail[-1] is ev:
+            p.tail.pop()
+        return True
 
     def _advice(self, ev: Evidence) -> None:
         self.advice_count += 1

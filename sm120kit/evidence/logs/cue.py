@@ -16,9 +16,12 @@ DESCRIBED = ("symptom", "complaint", "praise")
 #: formats), and a supervisor's word that a process or container ended badly (docker, k8s, the
 #: shell, torchrun's summary); ``failure-goes-on``: a line saying the program retries what just
 #: failed (the failure before it is a retried one: a failure only when the run never got ready);
-#: ``record-below-error``: a structured record stating its own level below error (an INFO line)
+#: ``record-below-error``: a structured record stating its own level below error (an INFO line);
+#: ``request-error``: the head of a record a server's request handler logs for one request it
+#: refused (a prompt longer than the context, an unknown model): the server goes on serving, so
+#: the record (its head and the lines of the same call site and time after it) is no failure
 FAILURE = ("failure-words", "failure-stated", "failure-record", "failure-exit", "failure-goes-on",
-           "record-below-error")
+           "record-below-error", "request-error")
 #: NCCL WARNs (NcclState): one that states a fault, one the run goes on from
 NCCL_WARN = ("nccl-warn-fault", "nccl-warn-goes-on")
 CUE_IDS = DESCRIBED + FAILURE + NCCL_WARN

@@ -8,6 +8,9 @@ from sm120kit.evidence.logs.records import Evidence
 from sm120kit.evidence.logs.stream import StreamStats
 
 _METRICS = re.compile(r"generation throughput: (?P<g>[\d.]+) tokens/s, Running: (?P<r>\d+) req")
+# the queue beside it: vLLM V0 "Pending: N reqs", V1 "Waiting: N reqs"; and the prefill rate
+_QUEUED = re.compile(r"\b(?:Pending|Waiting): (?P<w>\d+) req")
+_PROMPT = re.compile(r"prompt throughput: (?P<p>[\d.]+) tokens/s")
 _PROGRESS = re.compile(r"(?:(?P<pct>\d{1,3})%\|[^|]*\| ?|\b)(?P<d>\d+)/(?P<t>\d+) ?(?:\[(?P<el>[\d:]+)|\b)")
 
 
@@ -48,7 +51,7 @@ class ServingView:
             return
         self.metrics_lines += 1
         self.served = True
-        if float(m.group("g")) == 0.0 and int(m.group("r")) > 0:
+        if float(m.group("g")) == 0.0 and (int(m.group("r")) > 0 or _queued_only(msg)):
             self._zero_interval(ev)
         elif self.zero_streak or self.zero_streak_open:
             self._close_streak()
@@ -84,6 +87,14 @@ class ServingView:
         if "toks/s" in msg or "tokens/s" in msg:
             self.zero_progress = ev if d == 0 else None
         return moved
+
+
+def _queued_only(msg: str) -> bool:
+    """Nothing running, requests waiting and no prefill in the interval: the scheduler admits
+    none of the queued requests (a dead or stuck engine core behind a front end that still
+    logs; vLLM V1 logs its last scheduler stats with the throughput of the interval)."""
+    q, pr = _QUEUED.search(msg), _PROMPT.search(msg)
+    return q is not None and int(q.group("w")) > 0 and pr is not None and float(pr.group("p")) == 0.0
 
 
 def clock_seconds(clock: str) -> int | None:
