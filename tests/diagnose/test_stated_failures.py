@@ -108,3 +108,29 @@ def test_the_p2p_setting_without_a_said_fix_is_not_that_finding(tmp_path: Path,
                                                                 words: str) -> None:
     res = diagnose([_write(tmp_path, f"{words}\n")])
     assert not any(f.rule == "p2p-disable-fixed-it" for f in res.findings), res.verdict
+
+
+# pip 25.0 src/pip/_internal/commands/install.py (_warn_about_conflicts, logged at CRITICAL and
+# printed "ERROR: ..."), then the install finishes; the lines as vllm-project/vllm#6200 shows them
+PIP_CONFLICT = (
+    "  ERROR: pip's dependency resolver does not currently take into account all the packages "
+    "that are installed. This behaviour is the source of the following dependency conflicts.\n"
+    "  datasets 2.20.0 requires fsspec[http]<=2024.5.0,>=2023.1.0, but you have fsspec 2024.6.1 "
+    "which is incompatible.\n"
+    "  Successfully installed fsspec-2024.6.1\n")
+READY = ("INFO 06-10 09:12:05 [api_server.py:1043] vLLM API server version 0.9.0\n"
+         "INFO 06-10 09:13:05 [api_server.py:1818] Starting vLLM API server 0 on http://0.0.0.0:8000\n"
+         "INFO:     Application startup complete.\n")
+
+
+def test_pips_conflict_report_before_a_server_that_gets_ready_is_no_failure(tmp_path: Path) -> None:
+    res = diagnose([_write(tmp_path, PIP_CONFLICT + READY)])
+    assert res.exit_code == 0 and res.state == "healthy", (res.verdict, res.findings)
+
+
+def test_pips_conflict_report_counts_when_the_run_never_gets_ready(tmp_path: Path) -> None:
+    res = diagnose([_write(tmp_path, PIP_CONFLICT)])
+    assert res.exit_code == 1 and res.findings, res.verdict
+    res = diagnose([_write(tmp_path, PIP_CONFLICT + "ImportError: cannot import name 'url_to_fs' "
+                                                    "from 'fsspec.core'\n")])
+    assert res.findings[0].category == "library-version", res.findings[0]
