@@ -329,3 +329,22 @@ def test_every_entry_has_a_case() -> None:
     texts = "\n".join(t for _c, t in FIXED.values())
     missing = [e.id for e in parse_file(KNOWN) if not any(e.match(ln) for ln in texts.splitlines())]
     assert not missing, missing
+
+
+# vLLM v0.5.0 vllm/_custom_ops.py: the warning as vllm-project/vllm#5501 shows it (field-logs-e)
+_C_WARN = ("WARNING 06-13 11:42:20 _custom_ops.py:11] Failed to import from vllm._C with "
+           "ImportError('/usr/local/lib/python3.8/dist-packages/vllm/_C.abi3.so: undefined symbol: "
+           "_ZN5torch7LibraryC1ENS0_4KindESsSt8optionalIN3c1011DispatchKeyEEPKcj')\n")
+
+
+def test_vllm_compiled_ops_not_loadable_is_the_cause_unless_the_start_gets_ready(
+        tmp_path: Path) -> None:
+    log = tmp_path / "c.log"
+    log.write_text("INFO 06-13 11:42:19 __init__.py:190] Automatically detected platform cuda.\n"
+                   + _C_WARN)
+    res = diagnose([log])
+    assert (res.findings[0].category, res.findings[0].rule) == (
+        "library-version", "vllm-compiled-ops-not-loadable"), res.findings
+    log.write_text(_C_WARN + "INFO:     Application startup complete.\n")
+    res = diagnose([log])
+    assert res.exit_code == 0 and not res.findings, res.verdict
