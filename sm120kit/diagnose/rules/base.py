@@ -109,14 +109,15 @@ class RuleContext:
         src, line, text = self.facts.described.symptoms[i]
         return Evidence(src, line, text)
 
-    def stalled(self) -> bool:
-        """Any sign that the run stopped making progress (waits, timeouts, deaths)."""
+    def stalled(self, excerpt_end: bool = True) -> bool:
+        """Any sign that the run stopped making progress (waits, timeouts, deaths); with
+        ``excerpt_end=False`` a pasted excerpt that merely ends in a startup step does not count."""
         f = self.facts
         w = f.waits
         return bool(w.shm_open or w.watchdog or w.rpc_timeouts or w.deaths
                     or self.count("engine-ready-timeout") or self.count("gloo-timeout")
                     or f.described.symptoms or f.described.stacks
-                    or self.stopped_at() is not None
+                    or (excerpt_end and self.stopped_at() is not None)
                     or f.progress.zero_progress is not None
                     or (self.bundle is not None and self.bundle.stacks))
 

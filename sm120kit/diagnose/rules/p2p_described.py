@@ -19,6 +19,8 @@ def described(ctx: RuleContext, rule: Rule) -> list[Finding]:
     hang = bool(d.symptoms) or ctx.stalled() or bool(d.complaints)
     if not hang:
         return []
+    # an excerpt that only ends around NCCL init is no stated hang: it needs more of the picture
+    said = bool(d.symptoms) or bool(d.complaints) or ctx.stalled(excerpt_end=False)
     peer = ctx.hits("p2p-mention")
     if peer:
         why.append("the report names the GPU peer-to-peer path")
@@ -56,7 +58,7 @@ def described(ctx: RuleContext, rule: Rule) -> list[Finding]:
     if nccl_init and not first and ctx.completed() is None:
         why.append("it stops around NCCL init")
     score = len(why)
-    if score < 2:
+    if score < (2 if said else 3):
         return []
     ev = [Evidence(*d.symptoms[0])] + ev if d.symptoms else ev
     return [rule.finding(
