@@ -129,7 +129,10 @@ _SIGNATURES: tuple[tuple[str, str], ...] = (
         r"Capturing CUDA graph|Capturing cudagraphs|Capturing CUDA graphs"
         r"|Graph capturing finished"
         r"|CUDA graph capture"
-        r"|Capturing model for \w+ speculator",
+        r"|Capturing model for \w+ speculator"
+        # SGLang's cuda_graph_runner.py: "Capture cuda graph begin. ..." and its tqdm bar
+        # "Capturing batches (bs=496 avail_mem=20.14 GB):   2%|..."
+        r"|Capture cuda graph begin|Capturing batches \(bs=",
     ),
     (
         "autotune",

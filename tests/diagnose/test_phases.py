@@ -55,6 +55,9 @@ def test_phase_names_are_the_readme_names() -> None:
         ("(APIServer pid=1) INFO:     127.0.0.1:50334 - \"POST /v1/chat/completions HTTP/1.1\" 200 OK", "serving"),
         ("(APIServer pid=1) INFO:     127.0.0.1:50334 - \"GET /health HTTP/1.1\" 200 OK", None),
         ("Traceback (most recent call last):", "error"),
+        # SGLang's cuda_graph_runner.py tqdm bar (field-logs-e sglang-18263, a start in capture)
+        ("Capturing batches (bs=496 avail_mem=20.14 GB):   2%|\u258a        | 1/52 [00:03<03:17,  3.88s/it]", "cuda-graph-capture"),
+        ("[2025-08-04 10:10:36 TP0] Capture cuda graph begin. This can take up to several minutes. avail mem=17.21 GB", "cuda-graph-capture"),
         ("", None),
         ("just some application print", None),
     ],
