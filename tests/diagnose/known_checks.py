@@ -9,6 +9,21 @@ from pathlib import Path
 
 from sm120kit.diagnose.engine import diagnose
 
+# a vLLM 0.9 API-server start as it prints it, and its ready lines: the frame the known-message
+# tests put a message into
+VLLM_START = (
+    "INFO 06-10 09:12:01 [__init__.py:244] Automatically detected platform cuda.\n"
+    "INFO 06-10 09:12:03 [api_server.py:1395] vLLM API server version 0.9.1\n"
+    "INFO 06-10 09:12:03 [cli_args.py:325] non-default args: {'model': 'Qwen/Qwen3-8B', "
+    "'tensor_parallel_size': 2}\n"
+)
+VLLM_READY = (
+    "INFO 06-10 09:14:40 [api_server.py:1457] Starting vLLM API server 0 on http://0.0.0.0:8000\n"
+    "INFO:     Started server process [5012]\n"
+    "INFO:     Waiting for application startup.\n"
+    "INFO:     Application startup complete.\n"
+)
+
 
 @cache
 def entry_ids(known: Path) -> frozenset[str]:
@@ -32,3 +47,13 @@ def assert_healthy(name: str, text: str, tmp_path: Path) -> None:
     log.write_text(text)
     res = diagnose([log])
     assert res.exit_code == 0 and not res.findings, res.verdict
+
+
+def assert_top(category: str, rule: str, text: str, tmp_path: Path, name: str = "kept") -> None:
+    """The top finding of ``text`` is ``category`` from ``rule`` (an older entry keeps its line)."""
+    log = tmp_path / f"{name}.log"
+    log.write_text(text)
+    res = diagnose([log])
+    assert res.findings, res.verdict
+    top = res.findings[0]
+    assert (top.category, top.rule) == (category, rule), (top.category, top.rule, top.summary)

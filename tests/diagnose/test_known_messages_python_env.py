@@ -32,23 +32,18 @@ import pytest
 
 from sm120kit.diagnose import catalogue as C
 from sm120kit.diagnose.engine import diagnose
-from tests.diagnose.known_checks import assert_healthy, assert_named
+from tests.diagnose.known_checks import (
+    VLLM_READY,
+    VLLM_START,
+    assert_healthy,
+    assert_named,
+    assert_top,
+)
 
 KNOWN = Path(C.__file__).resolve().parent / "known-python-env.toml"
 SP = "/usr/local/lib/python3.12/dist-packages"
 
-_VLLM = (
-    "INFO 06-10 09:12:01 [__init__.py:244] Automatically detected platform cuda.\n"
-    "INFO 06-10 09:12:03 [api_server.py:1395] vLLM API server version 0.9.1\n"
-    "INFO 06-10 09:12:03 [cli_args.py:325] non-default args: {'model': 'Qwen/Qwen3-8B', "
-    "'tensor_parallel_size': 2}\n"
-)
-_READY = (
-    "INFO 06-10 09:14:40 [api_server.py:1457] Starting vLLM API server 0 on http://0.0.0.0:8000\n"
-    "INFO:     Started server process [5012]\n"
-    "INFO:     Waiting for application startup.\n"
-    "INFO:     Application startup complete.\n"
-)
+_VLLM, _READY = VLLM_START, VLLM_READY
 _SGLANG = ("[2025-03-01 10:00:00] server_args=ServerArgs(model_path='Qwen/Qwen2.5-7B-Instruct', "
            "tp_size=1, attention_backend='flashinfer')\n")
 _SGLANG_READY = (
@@ -312,10 +307,7 @@ def test_python_env_message_names_its_cause(name: str, tmp_path: Path) -> None:
 @pytest.mark.parametrize("name", sorted(KEPT))
 def test_older_entries_keep_their_import_failures(name: str, tmp_path: Path) -> None:
     category, rule, text = KEPT[name]
-    log = tmp_path / f"{name}.log"
-    log.write_text(text)
-    top = diagnose([log]).findings[0]
-    assert (top.category, top.rule) == (category, rule), (top.category, top.rule, top.summary)
+    assert_top(category, rule, text, tmp_path, name)
 
 
 @pytest.mark.parametrize("name", sorted(HEALTHY))
