@@ -37,6 +37,9 @@ def _write(tmp_path: Path, text: str) -> Path:
     "I met the same problem as in issue #7077, but the issue was closed without solutions.",
     # https://github.com/vllm-project/vllm/issues/3974 (a comment: the workaround it needed)
     "I just found a solution that works!",
+    # https://github.com/liucongg/ChatGLM-Finetuning/issues/102 (field-logs-e): "an error is
+    # reported", the word before the pasted error
+    "报错",
 ])
 def test_a_stated_problem_or_a_needed_fix_is_never_all_clear(tmp_path: Path, words: str) -> None:
     res = diagnose([_write(tmp_path, f"### Describe the bug\n\n{words}\n")])
@@ -47,6 +50,9 @@ def test_a_stated_problem_or_a_needed_fix_is_never_all_clear(tmp_path: Path, wor
 @pytest.mark.parametrize("words", [
     "I don't have the same problem on 0.5.4, it starts fine.",
     "Is there a solution for serving this model on two GPUs?",
+    # a command line's option value is no hang (ChatGLM-Finetuning#102's launch command)
+    "                --train_type freeze \\",
+    "deepspeed train.py --freeze-vision-tower --on-error crash",
 ])
 def test_words_that_state_no_problem_stay_all_clear(tmp_path: Path, words: str) -> None:
     assert diagnose([_write(tmp_path, f"{words}\n")]).exit_code == 0
