@@ -64,6 +64,33 @@ CASES = [
         '  File "/home/ubuntu/.local/lib/python3.10/site-packages/sglang/srt/model_executor/'
         'cuda_graph_runner.py", line 233, in capture_one_batch_size'],
      ("capture", "cudagraph-capture")),
+    # vllm-project/vllm#20691: FlashInfer's all-reduce fusion workspace over CUDA IPC, created by
+    # vLLM's fusion pass (a compile-pass file further out): the innermost placed frame decides
+    ("https://github.com/vllm-project/vllm/pull/20691", [
+        '  File "/home/mgoin/code/vllm/vllm/compilation/collective_fusion.py", line 430, in __init__',
+        '  File "/home/mgoin/venvs/vllm/lib/python3.12/site-packages/flashinfer/comm/trtllm_ar.py", '
+        "line 567, in trtllm_create_ipc_workspace_for_all_reduce_fusion",
+        '  File "/home/mgoin/venvs/vllm/lib/python3.12/site-packages/flashinfer/comm/cuda_ipc.py", '
+        "line 213, in create_shared_buffer"],
+     ("startup", "p2p-transport")),
+    # vllm-project/vllm#31480: the attention backend chosen while a layer is built (selector.py),
+    # not the checkpoint
+    ("https://github.com/vllm-project/vllm/issues/31480", [
+        '(Worker_TP0_EP0 pid=5426) ERROR 12-29 15:29:53 [multiproc_executor.py:751]   File "/root/'
+        'miniconda3/envs/vllm/lib/python3.12/site-packages/vllm/model_executor/layers/mla.py", line '
+        "92, in __init__",
+        '(Worker_TP0_EP0 pid=5426) ERROR 12-29 15:29:53 [multiproc_executor.py:751]   File "/root/'
+        'miniconda3/envs/vllm/lib/python3.12/site-packages/vllm/attention/layer.py", line 595, in '
+        "__init__",
+        '(Worker_TP0_EP0 pid=5426) ERROR 12-29 15:29:53 [multiproc_executor.py:751]   File "/root/'
+        'miniconda3/envs/vllm/lib/python3.12/site-packages/vllm/attention/selector.py", line 83, in '
+        "get_attn_backend"],
+     ("startup", "config-invalid")),
+    # field-logs-b/unsloth-1605 (unslothai/unsloth#1605): a layer's weight_loader shape check
+    ("https://github.com/unslothai/unsloth/issues/1605", [
+        '  File "/home/ubuntu/.pyenv/versions/3.12.0/lib/python3.12/site-packages/vllm/model_executor/'
+        'layers/linear.py", line 1113, in weight_loader'],
+     ("weight-load", "checkpoint-config")),
     # vllm-project/vllm#41849: DeepGEMM missing; vLLM's stand-in `_missing` raises during warm-up
     # (vllm/utils/deep_gemm.py `_missing`, v0.10.2 .. v0.34.0)
     ("https://github.com/vllm-project/vllm/issues/41849", [

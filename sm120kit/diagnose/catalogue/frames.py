@@ -61,12 +61,14 @@ def frame_rules(path: Path = MAP) -> tuple[FrameRule, ...]:
 
 
 def place(frames: list[Frame], depth: int = 6) -> tuple[FrameRule, Frame] | None:
-    """The first map rule (file order) that one of the ``depth`` innermost frames matches; frames
-    of generic wrappers are passed over (they neither decide nor count)."""
+    """The innermost of the ``depth`` innermost frames that a map rule matches, with the first such
+    rule (file order): the place nearest the failure decides (a compile inside a capture, a
+    collective inside the profiling run). Frames of generic wrappers are passed over (they neither
+    decide nor count)."""
     skip = generic_frames()
     inner = [f for f in frames[::-1] if not any(g.matches(f) for g in skip)][:depth]
-    for r in frame_rules():
-        for f in inner[:r.depth or depth]:
-            if r.matches(f):
+    for i, f in enumerate(inner):
+        for r in frame_rules():
+            if i < (r.depth or depth) and r.matches(f):
                 return r, f
     return None
