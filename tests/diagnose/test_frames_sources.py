@@ -54,6 +54,22 @@ CASES = [
         'ERROR 10-23 23:20:26 registry.py:272]   File "/home/dandiago/anaconda3/lib/python3.12/'
         'subprocess.py", line 502, in check_returncode'],
      ("startup", "library-version")),
+    # vllm-project/vllm#14475: the registry's inspection subprocess (frozen runpy frames are generic)
+    ("https://github.com/vllm-project/vllm/issues/14475", [
+        'ERROR 03-08 04:46:17 registry.py:321]   File "<frozen runpy>", line 88, in _run_code',
+        'ERROR 03-08 04:46:17 registry.py:321]   File "/usr/local/lib/python3.12/dist-packages/vllm/'
+        'model_executor/models/registry.py", line 552, in <module>',
+        'ERROR 03-08 04:46:17 registry.py:321]   File "/usr/local/lib/python3.12/dist-packages/vllm/'
+        'model_executor/models/registry.py", line 291, in <lambda>'],
+     ("startup", "library-version")),
+    # EleutherAI/lm-evaluation-harness#1207: transformers' lazy import of a module that fails to
+    # import (importlib and the frozen bootstrap frames are generic)
+    ("https://github.com/EleutherAI/lm-evaluation-harness/issues/1207", [
+        '  File "/usr/local/lib/python3.10/dist-packages/transformers/utils/import_utils.py", line '
+        "1382, in _get_module",
+        '  File "/usr/lib/python3.10/importlib/__init__.py", line 126, in import_module',
+        '  File "<frozen importlib._bootstrap>", line 1050, in _gcd_import'],
+     ("startup", "library-version")),
     # microsoft/SimXNS#2: torch.cuda.set_device with an index the visible devices lack
     ("https://github.com/microsoft/SimXNS/issues/2", [
         '  File "/home/socialab/miniconda3/envs/IR_SimANS-env/lib/python3.10/site-packages/torch/cuda/'
@@ -91,8 +107,9 @@ CASES = [
         '  File "/home/ubuntu/.pyenv/versions/3.12.0/lib/python3.12/site-packages/vllm/model_executor/'
         'layers/linear.py", line 1113, in weight_loader'],
      ("weight-load", "checkpoint-config")),
-    # vllm-project/vllm#41849: DeepGEMM missing; vLLM's stand-in `_missing` raises during warm-up
-    # (vllm/utils/deep_gemm.py `_missing`, v0.10.2 .. v0.34.0)
+    # vllm-project/vllm#41849: DeepGEMM missing; the warm-up frames as the thread prints them; the
+    # innermost is vLLM's stand-in `_missing` (vllm/utils/deep_gemm.py, v0.10.2 .. v0.34.0), which
+    # the fix's review (vllm-project/vllm#41851) names as the raiser
     ("https://github.com/vllm-project/vllm/issues/41849", [
         '  File ".../vllm/model_executor/warmup/kernel_warmup.py", line 37, in kernel_warmup',
         '  File ".../vllm/model_executor/warmup/deep_gemm_warmup.py", line 364, in deep_gemm_warmup',
