@@ -7,8 +7,9 @@ finding names the category and rests on an entry of known-ray.toml.
 Before these entries the answers were: `ray start` on a port a running head holds: rank-crashed
 (first-dead-rank, wrong: the cluster was never stopped); a worker's GCS loss while vLLM served:
 exit 0 (a false all-clear); a request the cluster cannot schedule, an infeasible request, a GCS
-loss pasted alone, the raylet's worker-death report alone: unknown; a raylet or
-node death, a WorkerCrashedError, an actor whose worker exited with a code: rank-crashed from the
+loss pasted alone, the raylet's worker-death report alone, a failed RAY_CHECK in the raylet, a
+raylet that exited with its agent: unknown; a raylet or node death, a WorkerCrashedError, an
+actor whose worker exited with a code, vLLM's executor-v2 worker monitor: rank-crashed from the
 generic first-dead-rank rule, which names none of them. The right category for those is
 rank-crashed (Ray states where the run broke, not why): the entries name the Ray message and
 stay behind a cause found elsewhere (the worker's own NCCL error, the memory monitor's kill),
@@ -174,6 +175,37 @@ FIXED: dict[str, tuple[str, str]] = {
         "required resources 2. To cause the tasks with infeasible requests to raise an error "
         "instead of hanging, set the 'RAY_enable_infeasible_task_early_exit=true'. This feature "
         "will be turned on by default in a future release of Ray.\n^C\nAborted!\n")),
+    # ray-2.49.2 src/ray/util/logging.h (RAY_CHECK) in the raylet's compiled-graph channel code,
+    # as a multi-node vLLM printed it (vllm issue 29373)
+    "ray-check-failed": ("rank-crashed", _START + _LOADED + _READY + _SERVING + "".join(
+        "(EngineCore_DP0 pid=37804) " + line + "\n" for line in (
+            "(raylet) [2025-11-24 16:14:48,882 C 37444 37444] (raylet) experimental_mutable_object"
+            "_provider.cc:154:  An unexpected system state has occurred. You have likely "
+            "discovered a bug in Ray. Please report this issue at https://github.com/ray-project/"
+            "ray/issues and we'll work with you to fix it. Check failed: object_manager_->"
+            "WriteAcquire(info.local_object_id, total_data_size, nullptr, total_metadata_size, "
+            "info.num_readers, object_backing_store) Status not OK: ChannelError: Channel closed. ",
+            "(raylet) *** StackTrace Information ***",
+            f"(raylet) {SP}/ray/core/src/ray/raylet/raylet(+0xef0aca) [0x5d9928c5daca] "
+            "ray::operator<<()"))),
+    # ray-2.49.2 src/ray/raylet/agent_manager.cc (ray issue 41343's shape)
+    "ray-raylet-agent-failed": ("rank-crashed", _START + _LOADED + "".join(
+        "(raylet, ip=10.0.0.6) " + line + "\n" for line in (
+            "[2025-06-10 09:13:47,634 E 24 59] (raylet) agent_manager.cc:70: The raylet exited "
+            "immediately because one Ray agent failed, agent_name = dashboard_agent/1015601482.",
+            "The raylet fate shares with the agent. This can happen because",
+            "- The version of `grpcio` doesn't follow Ray's requirement. Agent can segfault with "
+            "the incorrect `grpcio` version. Check the grpcio version `pip freeze | grep grpcio`.",
+            "- The agent failed to start because of unexpected error or port conflict. Read the log "
+            "`cat /tmp/ray/session_latest/logs/{dashboard_agent|runtime_env_agent}.log`.",
+            "- The agent is killed by the OS (e.g., out of memory)."))),
+    # vLLM v0.20.0 vllm/v1/executor/ray_executor_v2.py (the worker monitor thread)
+    "vllm-ray-worker-proc-died": ("rank-crashed", _START + _LOADED + _READY + _SERVING + (
+        "(EngineCore pid=301) ERROR 06-10 10:21:05 [ray_executor_v2.py:522] RayWorkerProc "
+        "rank=[3] died unexpectedly, shutting down executor.\n"
+        "ERROR 06-10 10:21:05 [async_llm.py:480] AsyncLLM output_handler failed.\n"
+        "ERROR 06-10 10:21:05 [async_llm.py:480] vllm.v1.engine.exceptions.EngineDeadError: "
+        "EngineCore encountered an issue. See stack trace (above) for the root cause.\n")),
 }
 
 
