@@ -14,8 +14,9 @@ generic first-dead-rank rule, which names none of them. The right category for t
 rank-crashed (Ray states where the run broke, not why): the entries name the Ray message and
 stay behind a cause found elsewhere (the worker's own NCCL error, the memory monitor's kill),
 which the second group checks. Healthy vLLM-on-Ray starts with Ray's usual INFO/WARNING noise
-(one placement-group wait, a pending request later placed, object spilling, a Python patch
-mismatch, a clamped object store, GCS-loss lines after `ray stop`) stay exit 0.
+(one placement-group wait, a pending request later placed, an RL trainer whose actors waited
+once, object spilling, a Python patch mismatch, a clamped object store, GCS-loss lines after
+`ray stop`) stay exit 0.
 """
 
 from __future__ import annotations
@@ -271,6 +272,24 @@ HEALTHY: dict[str, str] = {
         "now: {'GPU': 1.0, 'node:10.0.0.5': 0.001}. This is likely due to all cluster resources "
         "being claimed by actors. Consider creating fewer actors or adding more nodes to this "
         "Ray cluster.\n") + _PG_WAIT + _LOADED + _READY,
+    # an RL trainer (verl's shape: vLLM rollout workers as Ray actors, no HTTP server) whose
+    # actors wait once for GPUs, then load the model and train
+    "rl-trainer-request-pending-then-steps": (
+        "2025-06-10 09:12:10,122\tINFO worker.py:2003 -- Started a local Ray instance. View the "
+        "dashboard at http://127.0.0.1:8265 \n"
+        "(autoscaler +20s) Warning: The following resource request cannot be scheduled right "
+        "now: {'GPU': 1.0, 'CPU': 1.0}. This is likely due to all cluster resources being claimed "
+        "by actors. Consider creating fewer actors or adding more nodes to this Ray cluster.\n"
+        "(WorkerDict pid=4471) INFO 06-10 09:13:02 [model_runner.py:1110] Starting to load model "
+        "Qwen/Qwen2.5-7B-Instruct...\n"
+        "(WorkerDict pid=4471) INFO 06-10 09:13:40 [loader.py:458] Loading weights took 38.20 "
+        "seconds\n"
+        "(WorkerDict pid=4471) INFO 06-10 09:13:52 [model_runner.py:1146] Model loading took "
+        "14.25 GiB and 40.0 seconds\n"
+        "(main_task pid=2462) step:1 - actor/pg_loss:0.012 - actor/lr:1e-06 - "
+        "critic/score/mean:0.21 - timing_s/gen:41.2\n"
+        "(main_task pid=2462) step:2 - actor/pg_loss:0.010 - actor/lr:1e-06 - "
+        "critic/score/mean:0.24 - timing_s/gen:39.8\n"),
     # a Python patch-version warning of ray/_private/utils.py (check_version_info), then ready
     "python-patch-mismatch": (
         "2025-06-10 09:12:10,110\tWARNING utils.py:1436 -- Python patch version mismatch: The "
