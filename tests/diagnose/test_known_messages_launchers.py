@@ -11,11 +11,14 @@ The key judgment: a rank killed by SIGKILL (DeepSpeed's ``exits with return code
 own ``Out Of Memory``); without one it is rank-crashed (a kill from outside, or the launcher's
 cascade after another task failed), with out-of-memory left as the next candidate.
 
-Before these entries (main at 015f36e1): the DeepSpeed -9 and torchrun -9 logs without an OOM
-record were out-of-memory (wrong); the DeepSpeed -7, mpirun, srun, PMI, ORTE, accelerate and
-rendezvous logs were `unknown` or exit 0 with no finding (unknown); the DeepSpeed 'Killing
-subprocess' log cut while loading weights was `unknown`. Healthy runs of each launcher (and the
-launchers' start-up lines) stay exit 0."""
+Before these entries (main at 015f36e1): the DeepSpeed -9 log without an OOM record and the
+torchrun -9 log were out-of-memory (wrong: no record says so); the accelerate state refusal was
+rank-crashed, the rendezvous-closed and TCPStore logs config-invalid / p2p-transport (wrong: the
+frames' place, not the message); the DeepSpeed -7, mpirun signal 11, srun and ORTE logs were
+`unknown`; the mpirun signal 9 logs, the Open MPI PMI log and the DeepSpeed log killed while
+loading shards were exit 0 (a false clear); the accelerate SIGKILL log was rank-crashed without
+reading the signal (weak). Healthy runs of each launcher (and the launchers' start-up lines) stay
+exit 0."""
 
 from __future__ import annotations
 
@@ -163,7 +166,7 @@ FIXED: dict[str, tuple[str, str]] = {
         "run\n"
         "    raise RendezvousClosedError\n"
         "torch.distributed.elastic.rendezvous.api.RendezvousClosedError\n")),
-    # torch v2.5.1 torch/csrc/distributed/c10d/Utils.hpp (recvBytes): the TCPStore's host went
+    # torch v2.8.0 torch/csrc/distributed/c10d/Utils.hpp (recvBytes): the TCPStore's host went
     # away under a client (rank 0 / the master node's agent exited)
     "tcpstore-peer-closed": ("rank-crashed", _TORCHRUN + (
         "[rank1]: Traceback (most recent call last):\n"
@@ -177,6 +180,13 @@ FIXED: dict[str, tuple[str, str]] = {
     # record: "some external agent (outside of Open MPI) killed" the process
     "mpirun-signal-9": ("rank-crashed", (
         "[gpu01:0] NCCL INFO Bootstrap : Using ib0:10.0.0.1<0>\n"
+        "# nThread 1 nGpus 1 minBytes 8 maxBytes 8589934592 step: 2(factor) warmup iters: 5 "
+        "iters: 20 agg iters: 1 validation: 1 graph: 0\n"
+        + _MPI_BAR
+        + "mpirun noticed that process rank 1 with PID 0 on node gpu02 exited on signal 9 "
+          "(Killed).\n" + _MPI_BAR)),
+    # the same after a rank returned non-zero and mpirun aborted the job (the cascade)
+    "mpirun-signal-9-after-rank-exit": ("rank-crashed", (
         "# nThread 1 nGpus 1 minBytes 8 maxBytes 8589934592 step: 2(factor) warmup iters: 5 "
         "iters: 20 agg iters: 1 validation: 1 graph: 0\n"
         + _MPI_BAR + "Primary job  terminated normally, but 1 process returned\n"
@@ -198,6 +208,11 @@ FIXED: dict[str, tuple[str, str]] = {
     "srun-task-killed": ("rank-crashed", (
         "srun: error: gpu02: task 1: Killed\n"
         "srun: launch/slurm: _step_signal: Terminating StepId=4821.0\n")),
+    # the same after another task exited non-zero: srun terminated the step (the cascade)
+    "srun-task-killed-after-task-exit": ("rank-crashed", (
+        "srun: error: gpu01: task 0: Exited with exit code 1\n"
+        "srun: launch/slurm: _step_signal: Terminating StepId=4821.0\n"
+        "srun: error: gpu02: tasks 1-3: Killed\n")),
     # the same function, the step's cgroup OOM (SIG_OOM): srun names it
     "srun-task-out-of-memory": ("out-of-memory", (
         "srun: error: gpu02: task 1: Out Of Memory\n"
@@ -318,3 +333,39 @@ def test_every_entry_has_a_case() -> None:
     texts = "\n".join(t for _, t in FIXED.values())
     missing = [e.id for e in parse_file(KNOWN) if not any(e.match(ln) for ln in texts.splitlines())]
     assert not missing, missing
+
+
+def test_kill_while_loading_with_a_rank_error_is_not_called_oom(tmp_path: Path) -> None:
+    """The weight-load entry reads a silent death: where a rank printed its own traceback while
+    loading (a missing shard), that error is the answer, not the host's memory."""
+    log = tmp_path / "ds-load-error.log"
+    log.write_text(_DS + (
+        "Loading checkpoint shards:   0%|          | 0/7 [00:00<?, ?it/s]\n"
+        "Traceback (most recent call last):\n"
+        '  File "/workspace/train.py", line 30, in <module>\n'
+        "    model = AutoModel.from_pretrained(args.model_name_or_path)\n"
+        "FileNotFoundError: [Errno 2] No such file or directory: "
+        "'ChatGLM-6B/pytorch_model-00003-of-00007.bin'\n"
+        "[2023-09-10 11:45:59,207] [INFO] [launch.py:428:sigkill_handler] Killing subprocess "
+        "6293\n"))
+    res = diagnose([log])
+    assert res.exit_code == 1 and res.findings, res.verdict
+    assert all(f.rule != "deepspeed-killed-during-weight-load" for f in res.findings), [
+        (f.category, f.rule) for f in res.findings]
+
+
+def test_launcher_stopped_by_the_user_is_not_called_oom(tmp_path: Path) -> None:
+    """DeepSpeed's launcher received SIGINT (Ctrl-C) and killed its ranks while they loaded
+    weights (launch.py sigkill_handler): a stop from outside, not a memory kill."""
+    log = tmp_path / "ds-sigint.log"
+    log.write_text(_DS + (
+        "Loading checkpoint shards:  43%|████▎     | 3/7 [00:41<00:55, 13.9s/it]\n"
+        "[2024-05-01 10:04:02,000] [INFO] [launch.py:319:sigkill_handler] Killing subprocess "
+        "4411\n"
+        "[2024-05-01 10:04:02,301] [INFO] [launch.py:319:sigkill_handler] Killing subprocess "
+        "4412\n"
+        "[2024-05-01 10:04:02,302] [INFO] [launch.py:328:sigkill_handler] Main process received "
+        "SIGINT, exiting\n"))
+    res = diagnose([log])
+    assert all(f.category != "out-of-memory" for f in res.findings), [
+        (f.category, f.rule) for f in res.findings]
