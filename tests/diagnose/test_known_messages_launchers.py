@@ -8,8 +8,9 @@ The key judgment: a rank killed by SIGKILL (DeepSpeed's ``exits with return code
 ``exited on signal 9 (Killed)``, srun's ``task N: Killed``, accelerate's ``died with
 <Signals.SIGKILL: 9>``) is out-of-memory only when the log holds an OOM record (the kernel's
 ``Out of memory: Killed process``, a cgroup ``oom-kill`` event, Kubernetes' ``OOMKilled``, srun's
-own ``Out Of Memory``); without one it is rank-crashed (a kill from outside, or the launcher's
-cascade after another task failed), with out-of-memory left as the next candidate.
+own ``Out Of Memory``); without one it is rank-crashed (a kill from outside whose sender the log
+does not record, or the launcher's cascade after another task failed), and the summary names the
+OOM killer as the first place to look.
 
 Before these entries (main at 015f36e1): the DeepSpeed -9 log without an OOM record and the
 torchrun -9 log were out-of-memory (wrong: no record says so); the accelerate state refusal was
@@ -17,8 +18,9 @@ rank-crashed, the rendezvous-closed and TCPStore logs config-invalid / p2p-trans
 frames' place, not the message); the DeepSpeed -7, mpirun signal 11, srun and ORTE logs were
 `unknown`; the mpirun signal 9 logs, the Open MPI PMI log and the DeepSpeed log killed while
 loading shards were exit 0 (a false clear); the accelerate SIGKILL log was rank-crashed without
-reading the signal (weak). Healthy runs of each launcher (and the launchers' start-up lines) stay
-exit 0."""
+reading the signal (weak); a torchrun agent stopped by SIGTERM from outside was rank-crashed
+("main failed first": wrong, no worker failed; now `unknown`, naming the outside stop). Healthy
+runs of each launcher (and the launchers' start-up lines) stay exit 0."""
 
 from __future__ import annotations
 
@@ -166,6 +168,22 @@ FIXED: dict[str, tuple[str, str]] = {
         "run\n"
         "    raise RendezvousClosedError\n"
         "torch.distributed.elastic.rendezvous.api.RendezvousClosedError\n")),
+    # torch v2.5.1 elastic/agent/server/api.py: the agent received SIGTERM from outside (a
+    # scheduler) and closed its workers; no worker failed (was rank-crashed: "main failed first")
+    "torchrun-agent-stopped-by-sigterm": ("unknown", _TORCHRUN + (
+        "[rank0]: step 1200 loss 1.92\n"
+        "W0501 12:00:00.000000 140 torch/distributed/elastic/agent/server/api.py:704] Received 15 "
+        "death signal, shutting down workers\n"
+        "W0501 12:00:00.000000 140 torch/distributed/elastic/multiprocessing/api.py:897] Sending "
+        "process 2630 closing signal SIGTERM\n"
+        "Traceback (most recent call last):\n"
+        '  File "/usr/local/bin/torchrun", line 8, in <module>\n'
+        "    sys.exit(main())\n"
+        f'  File "{SP}/torch/distributed/elastic/multiprocessing/api.py", line 84, in '
+        "_terminate_process_handler\n"
+        '    raise SignalException(f"Process {os.getpid()} got signal: {sigval}", sigval=sigval)\n'
+        "torch.distributed.elastic.multiprocessing.api.SignalException: Process 140 got signal: "
+        "15\n")),
     # torch v2.8.0 torch/csrc/distributed/c10d/Utils.hpp (recvBytes): the TCPStore's host went
     # away under a client (rank 0 / the master node's agent exited)
     "tcpstore-peer-closed": ("rank-crashed", _TORCHRUN + (
@@ -368,4 +386,6 @@ def test_launcher_stopped_by_the_user_is_not_called_oom(tmp_path: Path) -> None:
         "SIGINT, exiting\n"))
     res = diagnose([log])
     assert all(f.category != "out-of-memory" for f in res.findings), [
+        (f.category, f.rule) for f in res.findings]
+    assert res.findings and res.findings[0].rule == "launcher-stopped-by-signal", [
         (f.category, f.rule) for f in res.findings]
