@@ -198,8 +198,12 @@ FIXED: dict[str, tuple[str, str]] = {
         "dependency failed to start: container stack-vllm-1 is unhealthy\n"
         "$ docker compose logs vllm\n") + "".join("vllm-1  | " + ln + "\n" for ln in _VLLM_LOADING.splitlines())),
     # DeepSpeed v0.14.4 deepspeed/launcher/launch.py (sigkill_handler); https://github.com/microsoft/DeepSpeed/issues/4181
+    # with the kernel's OOM record beside it (mm/oom_kill.c); without one it is rank-crashed
+    # (known-launchers.toml, tests/diagnose/test_known_messages_launchers.py)
     'deepspeed-sigkill': ('out-of-memory', _DS + (
-        "[2024-03-01 10:05:00,000] [ERROR] [launch.py:322:sigkill_handler] ['/usr/bin/python', '-u', 'train.py', '--local_rank=3'] exits with return code = -9\n")),
+        "[2024-03-01 10:05:00,000] [ERROR] [launch.py:322:sigkill_handler] ['/usr/bin/python', '-u', 'train.py', '--local_rank=3'] exits with return code = -9\n"
+        "$ dmesg -T | grep -i oom\n"
+        "[Fri Mar  1 10:04:59 2024] Out of memory: Killed process 51234 (python) total-vm:98765432kB, anon-rss:61234567kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:123456kB oom_score_adj:0\n")),
     # DeepSpeed v0.14.4 deepspeed/launcher/launch.py (sigkill_handler)
     'deepspeed-sigsegv': ('rank-crashed', _DS + (
         "[2024-03-01 10:05:00,000] [ERROR] [launch.py:322:sigkill_handler] ['/usr/bin/python', '-u', 'train.py', '--local_rank=3'] exits with return code = -11\n")),

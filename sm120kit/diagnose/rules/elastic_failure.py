@@ -1,7 +1,10 @@
 """torchrun's summary names the failed rank: ``Root Cause (first observed failure)`` with its
 rank, exit code, pid and error file, or the agent's ``failed (exitcode: N) local_rank: R``.
-A negative exit code is the signal that ended the rank (-9: SIGKILL, usually the host's OOM
-killer); ``error_file`` is where ``@record`` wrote the rank's own traceback."""
+A negative exit code is the signal that ended the rank; -9 (SIGKILL) is named out-of-memory only
+beside an OOM record (signal ``launcher-oom-record``, catalogue/known-launchers.toml: the kernel's
+OOM killer, a memory cgroup, OOMKilled): torchrun's agent sends SIGTERM to the other workers, so
+a SIGKILL came from outside and, without that record, its sender is not known (rank-crashed).
+``error_file`` is where ``@record`` wrote the rank's own traceback."""
 
 from __future__ import annotations
 
@@ -11,7 +14,10 @@ from sm120kit.evidence.logs.elastic import ElasticFailure
 _SIGNALS = {9: "SIGKILL", 6: "SIGABRT", 11: "SIGSEGV", 15: "SIGTERM", 7: "SIGBUS", 4: "SIGILL"}
 
 
-def _describe(f: ElasticFailure) -> str:
+OOM_RECORD = "launcher-oom-record"
+
+
+def _describe(f: ElasticFailure, oom: bool) -> str:
     who = f"rank {f.rank}" if f.rank is not None else (
         f"local rank {f.local_rank}" if f.local_rank is not None else "a rank")
     if f.rank is not None and f.local_rank is not None:
@@ -22,7 +28,9 @@ def _describe(f: ElasticFailure) -> str:
     if sig is not None:
         how = f"was killed by signal {sig} ({_SIGNALS.get(sig, 'signal')})"
         if sig == 9:
-            how += ": the host's OOM killer or an external kill"
+            how += (": the log records an OOM kill (host memory)" if oom else
+                    ": sent from outside torchrun (no OOM record in the log: the host's OOM "
+                    "killer, a container limit or a scheduler)")
     else:
         how = f"exited with code {f.exitcode}" if f.exitcode is not None else "failed"
     src = f"; its traceback is in {f.error_file}" if f.error_file else (
@@ -37,10 +45,10 @@ def check(ctx: RuleContext) -> list[Finding]:
         return []
     ev = [root.ev] + [f.ev for f in ctx.facts.elastic if f is not root][:2]
     ranks = [root.rank] if root.rank is not None else []
-    sig = root.signal
+    oom = root.signal == 9 and bool(ctx.hits(OOM_RECORD))
     conf = 0.5
-    return [RULE.finding(conf, _describe(root), ev, ranks=ranks, role="position",
-                         category="out-of-memory" if sig == 9 else None)]
+    return [RULE.finding(conf, _describe(root, oom), ev, ranks=ranks, role="position",
+                         category="out-of-memory" if oom else None)]
 
 
 RULE = Rule(
