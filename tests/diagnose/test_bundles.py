@@ -268,6 +268,25 @@ def test_doctor_failures_are_config_context_only_on_failed_runs(tmp_path: Path) 
     assert res.findings[0].rule != "doctor-check"
 
 
+def test_a_doctor_warning_never_outranks_a_crash_with_its_own_error(tmp_path: Path) -> None:
+    # CI's collecting host runs a CPU-only torch: doctor warns; the bundle's rank still crashed
+    # with its own exception, which stays the top finding (CI at 476b16d had the warning first)
+    b = Bundle(tmp_path / "sm120kit-bundle-host-20261202T000000Z")
+    rows = L.startup(2, 2) + [
+        "(Worker_TP1 pid=401) ERROR 05-15 05:34:10 [multiproc_executor.py:527] Traceback (most "
+        "recent call last):",
+        "(Worker_TP1 pid=401) ERROR 05-15 05:34:10 [multiproc_executor.py:527] RuntimeError: "
+        "rank 1: simulated failure in warmup"]
+    b.write_text("logs/child.log", "\n".join(rows) + "\n")
+    b.write_json("processes.json", {"401": {"label": L.worker(1, 2), "role": "worker", "rank": 1}})
+    b.write_json("doctor.json", {"checks": [
+        {"id": "cuda.torch", "area": "cuda", "status": "warn",
+         "summary": "torch 2.13.0+cpu is a CPU-only build"}]})
+    res = diagnose([b.root])
+    assert res.findings[0].rule != "doctor-check", res.findings
+    assert any(f.rule == "doctor-check" for f in res.findings)
+
+
 def test_ras_json_counts_and_vllm_watchdog_dumps(tmp_path: Path) -> None:
     """RAS JSON (NCCL >= 2.28 ``SET FORMAT json``; a fake: no NCCL job here) with rank 2 one
     collective behind in both snapshots, and vLLM --watchdog-config faulthandler dumps instead

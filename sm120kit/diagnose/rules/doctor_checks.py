@@ -43,7 +43,9 @@ def check(ctx: RuleContext) -> list[Finding]:
         cid = str(c.get("id", "?"))
         if cid.startswith("gpu.nvml"):  # no driver on the collecting host: not a cause
             continue
-        conf = 0.45 if c.get("status") == "fail" else 0.3
+        # a warning about the environment ranks below a crash's own error (a generic crash is
+        # 0.25 after its -0.3); a failed check may still name the likelier cause
+        conf = 0.45 if c.get("status") == "fail" else 0.2
         fix = str(c.get("fix") or RULE.fix)
         out.append(RULE.finding(
             conf, f"doctor {c.get('status')}: {cid}: {clip_words(str(c.get('summary', '')), 200)}",
