@@ -16,11 +16,11 @@ def described(ctx: RuleContext, rule: Rule) -> list[Finding]:
     d = ctx.facts.described
     ev: list[Evidence] = []
     why: list[str] = []
-    hang = bool(d.symptoms) or ctx.stalled() or bool(d.complaints)
-    if not hang:
+    # a hang said or recorded (stalled() holds the described symptoms); an excerpt that only
+    # ends around NCCL init is no stated hang: it needs more of the picture (a third reason)
+    said = bool(d.complaints) or ctx.stalled(excerpt_end=False)
+    if not said and ctx.stopped_at() is None:
         return []
-    # an excerpt that only ends around NCCL init is no stated hang: it needs more of the picture
-    said = bool(d.symptoms) or bool(d.complaints) or ctx.stalled(excerpt_end=False)
     peer = ctx.hits("p2p-mention")
     if peer:
         why.append("the report names the GPU peer-to-peer path")
